@@ -1,0 +1,32 @@
+// tpipe-plan: plan, simulate, validate and run pipeline programs from the command line.
+#include <exception>
+#include <iostream>
+
+#include "command.hpp"
+
+int main(int argc, char** argv)
+{
+    using namespace tpipe::cli;
+    auto usage = [](std::ostream& os) {
+        os << "usage: tpipe-plan <command> [options]\n\ncommands:\n";
+        for (const auto& [name, cmd] : commands()) os << "  " << name << "  " << cmd.summary << "\n";
+        os << "\n`tpipe-plan <command> --help` describes a command's options.\n";
+    };
+    if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+        usage(argc < 2 ? std::cerr : std::cout);
+        return argc < 2 ? 2 : 0;
+    }
+    auto it = commands().find(argv[1]);
+    if (it == commands().end()) {
+        std::cerr << "tpipe-plan: unknown command '" << argv[1] << "'\n\n";
+        usage(std::cerr);
+        return 2;
+    }
+    try {
+        args a(std::vector<std::string>(argv + 2, argv + argc));
+        return it->second.run(a);
+    } catch (const std::exception& e) {
+        std::cerr << "tpipe-plan " << argv[1] << ": " << e.what() << "\n";
+        return 2;
+    }
+}
