@@ -39,7 +39,7 @@ struct action {
     friend constexpr bool operator==(const action&, const action&) = default;
 };
 
-constexpr std::string to_string(const action& a)
+inline std::string to_string(const action& a)
 {
     std::string s = std::to_string(a.stage);
     s += name(a.kind);

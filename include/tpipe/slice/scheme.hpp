@@ -33,8 +33,8 @@ public:
     constexpr explicit scheme(std::vector<microbatch> mbs) : mbs_(std::move(mbs))
     {
         if (mbs_.empty()) detail::refuse("a scheme needs at least one microbatch");
+        offsets_.assign(1, 0);
         offsets_.reserve(mbs_.size() + 1);
-        offsets_.push_back(0);
         for (const auto& m : mbs_) {
             if (m.row_end <= m.row_begin)
                 detail::refuse("every microbatch needs at least one row (row_end > row_begin)");

@@ -1,0 +1,31 @@
+#pragma once
+// 1F1B (PipeDream-flush): rank r warms up with P-1-r forwards, then alternates one forward and
+// one backward, then drains. Same makespan as GPipe, at most P-r microbatches alive on rank r.
+#include <algorithm>
+
+#include "tpipe/schedule/schedule.hpp"
+
+namespace tpipe {
+
+struct one_f_one_b {
+    constexpr std::string_view name() const { return "1f1b"; }
+    constexpr tpipe::program program(const topology& t, const scheme& units) const
+    {
+        detail::check_topology(t);
+        const int P = t.ranks, M = units.microbatches();
+        microbatch_order order(P);
+        for (int r = 0; r < P; ++r) {
+            const int warmup = std::min(P - 1 - r, M);
+            int f = 0, b = 0;
+            for (; f < warmup; ++f) order[r].push_back({r, op::F, f, 0});
+            for (; f < M; ++f, ++b) {
+                order[r].push_back({r, op::F, f, 0});
+                order[r].push_back({r, op::B, b, 0});
+            }
+            for (; b < M; ++b) order[r].push_back({r, op::B, b, 0});
+        }
+        return expand_slices(P, detail::loop_placement(P, P), units, order);
+    }
+};
+
+} // namespace tpipe

@@ -1,0 +1,57 @@
+#pragma once
+// The schedule concept and the one building block every schedule uses: a per-rank order of
+// microbatch-level work, expanded over the scheme's token slices with the causal rule
+// (forward of a microbatch's slices in ascending order, backward in descending order).
+// That expansion is what runs any microbatch schedule over token units (TeraPipe).
+#include <concepts>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tpipe/schedule/program.hpp"
+
+namespace tpipe {
+
+//! A schedule turns a topology and the units of one iteration into a compute-only program.
+template <class S>
+concept schedule = requires(const S& s, const topology& t, const scheme& units) {
+    { s.program(t, units) } -> std::same_as<tpipe::program>;
+    { s.name() } -> std::convertible_to<std::string_view>;
+};
+
+//! Per rank, microbatch-level compute actions (their slice field is ignored).
+using microbatch_order = std::vector<std::vector<action>>;
+
+//! Expands a microbatch-level order over the token slices of `units`.
+constexpr program expand_slices(int ranks, std::vector<int> stage_rank, const scheme& units,
+                                const microbatch_order& order)
+{
+    program p;
+    p.ranks = ranks;
+    p.stage_rank = std::move(stage_rank);
+    p.units = units;
+    p.actions.assign(ranks, {});
+    for (int r = 0; r < ranks; ++r)
+        for (const action& a : order[r]) {
+            if (a.microbatch < 0 || a.microbatch >= units.microbatches())
+                throw invalid_argument("schedule order names microbatch " + std::to_string(a.microbatch) +
+                                       " but the scheme has " + std::to_string(units.microbatches()));
+            const int n = units.slices(a.microbatch);
+            for (int i = 0; i < n; ++i) {
+                const int slice = a.kind == op::F ? i : n - 1 - i;  // causal: backward in reverse
+                p.actions[r].push_back(action{a.stage, a.kind, a.microbatch, slice});
+            }
+        }
+    return p;
+}
+
+namespace detail {
+constexpr void require_microbatches_at_least(int have, int need, std::string_view who)
+{
+    if (have < need)
+        refuse(std::string(who) + " needs at least " + std::to_string(need) + " microbatches, got " +
+               std::to_string(have));
+}
+} // namespace detail
+
+} // namespace tpipe

@@ -1,0 +1,80 @@
+#pragma once
+// Validation: a program obeys the dependency rules (F before its B; B/I of stage s after B/I of
+// stage s+1; W after I; token order; every unit exactly once per stage; sends match receives)
+// and cannot deadlock. A refusal names the rank, the action and what it waits for.
+#include <algorithm>
+#include <string>
+
+#include "tpipe/schedule/replay.hpp"
+
+namespace tpipe {
+
+//! True when the program passes every check; usable in static_assert.
+constexpr bool valid(const program& p) { return check(p).ok(); }
+
+namespace detail {
+inline bool has_action(const program& p, int rank, const action& a)
+{
+    if (rank < 0 || rank >= static_cast<int>(p.actions.size())) return false;
+    const auto& row = p.actions[rank];
+    return std::find(row.begin(), row.end(), a) != row.end();
+}
+} // namespace detail
+
+//! A sentence that says what is wrong with the program and where.
+inline std::string explain(const program& p, const verdict& v)
+{
+    auto where = [&] {
+        std::string w = "rank " + std::to_string(v.rank);
+        if (v.index >= 0) w += ", action #" + std::to_string(v.index);
+        return w + " '" + to_string(v.at) + "'";
+    };
+    switch (v.what) {
+    case problem::none: return "the program is valid";
+    case problem::bad_shape:
+        return "the program's shape is inconsistent: it has " + std::to_string(p.ranks) + " ranks, " +
+               std::to_string(p.actions.size()) + " action lists and a placement of " +
+               std::to_string(p.stage_rank.size()) + " stages; every stage must be placed on a rank in [0, " +
+               std::to_string(p.ranks) + ")";
+    case problem::bad_stage:
+        return where() + ": stage " + std::to_string(v.at.stage) + " does not exist (the program has " +
+               std::to_string(p.stages()) + " stages)";
+    case problem::wrong_rank:
+        return where() + ": stage " + std::to_string(v.at.stage) + " is placed on rank " +
+               std::to_string(p.stage_rank[v.at.stage]) + ", so only that rank may run it";
+    case problem::bad_unit:
+        return where() + ": microbatch " + std::to_string(v.at.microbatch) + " slice " + std::to_string(v.at.slice) +
+               " is not a unit of this iteration (" + std::to_string(p.units.microbatches()) + " microbatches)";
+    case problem::duplicate: return where() + ": this action already ran; each runs exactly once";
+    case problem::out_of_order:
+        return where() + ": needs '" + to_string(v.needs) + "' first, which is not earlier on rank " +
+               std::to_string(v.rank);
+    case problem::bad_comm:
+        return where() + ": a send or receive must connect adjacent stages placed on different ranks";
+    case problem::deadlock: {
+        std::string m = "deadlock: no rank can make progress;";
+        for (const auto& w : v.waits) {
+            m += " rank " + std::to_string(w.rank) + " at '" + to_string(w.at) + "' waits for '" +
+                 to_string(w.waits_for) + "' on rank " + std::to_string(w.waits_on_rank);
+            m += detail::has_action(p, w.waits_on_rank, w.waits_for) ? " (not reached);" : " (which it never runs);";
+        }
+        m.pop_back();
+        return m;
+    }
+    case problem::missing_work:
+        return "rank " + std::to_string(v.rank) + " never runs '" + to_string(v.at) +
+               "'; every unit must run forward and backward (B, or I and W) exactly once on every stage";
+    case problem::unmatched_send:
+        return "rank " + std::to_string(v.rank) + ": '" + to_string(v.at) + "' has no matching '" + to_string(v.needs) +
+               "' on rank " + std::to_string(p.stage_rank[v.needs.stage]);
+    }
+    return "unknown problem";
+}
+
+//! Throws tpipe::invalid_program explaining the first broken rule, or returns.
+inline void validate(const program& p)
+{
+    if (auto v = check(p); !v.ok()) throw invalid_program(explain(p, v));
+}
+
+} // namespace tpipe

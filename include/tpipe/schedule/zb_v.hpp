@@ -1,0 +1,118 @@
+#pragma once
+// ZB-V (zero-bubble V shape): 2P stages, rank r holds stages r and 2P-1-r, so a microbatch goes
+// down the ranks and comes back up, and the first and last stage share rank 0. The order is
+// built by list scheduling with unit costs (F = I = W): a free rank starts the action that can
+// start earliest, preferring input gradients, then forwards of the second chunk, then of the
+// first, then weight gradients; first-chunk forwards are admitted only while fewer than 2P
+// chunk activations are alive (1F1B's peak). W's thereby fill the bubbles.
+#include <vector>
+
+#include "tpipe/schedule/schedule.hpp"
+
+namespace tpipe {
+
+struct zb_v {
+    constexpr std::string_view name() const { return "zb-v"; }
+    constexpr tpipe::program program(const topology& t, const scheme& units) const
+    {
+        detail::check_topology(t);
+        const int P = t.ranks, M = units.microbatches(), S = 2 * P;
+        const auto place = detail::v_placement(P);
+        auto idx = [&](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + m; };
+        std::vector<double> f_end(static_cast<std::size_t>(S) * M, -1), i_end(f_end);
+
+        struct rank_state {
+            int next_f[2] = {0, 0};
+            int next_i[2] = {0, 0};
+            std::vector<int> w_stage, w_mb;  // pending weight gradients, oldest first
+            std::size_t w_head = 0;
+            int live = 0;
+            double free_at = 0;
+        };
+        std::vector<rank_state> st(P);
+        auto stage_of = [&](int r, int c) { return c == 0 ? r : S - 1 - r; };
+
+        struct choice {
+            op kind = op::F;
+            int stage = -1, mb = -1;
+            double start = 0;
+            bool valid = false;
+        };
+        // The action rank r would start next, and when.
+        auto best = [&](int r) {
+            const rank_state& s = st[r];
+            choice c;
+            int rank_of_pick = 99;
+            auto offer = [&](op kind, int stage, int mb, double ready, int priority) {
+                const double start = ready > s.free_at ? ready : s.free_at;
+                if (!c.valid || start < c.start || (start == c.start && priority < rank_of_pick)) {
+                    c = choice{kind, stage, mb, start, true};
+                    rank_of_pick = priority;
+                }
+            };
+            for (int ch = 1; ch >= 0; --ch) {  // input gradients
+                const int stage = stage_of(r, ch), m = s.next_i[ch];
+                if (m >= M || f_end[idx(stage, m)] < 0) continue;
+                double ready = f_end[idx(stage, m)];
+                if (stage + 1 < S) {
+                    if (i_end[idx(stage + 1, m)] < 0) continue;
+                    ready = ready > i_end[idx(stage + 1, m)] ? ready : i_end[idx(stage + 1, m)];
+                }
+                offer(op::I, stage, m, ready, 1 - ch);
+            }
+            for (int ch = 1; ch >= 0; --ch) {  // forwards; new microbatches only under the memory cap
+                const int stage = stage_of(r, ch), m = s.next_f[ch];
+                if (m >= M || (ch == 0 && s.live >= S)) continue;
+                double ready = 0;
+                if (stage > 0) {
+                    if (f_end[idx(stage - 1, m)] < 0) continue;
+                    ready = f_end[idx(stage - 1, m)];
+                }
+                offer(op::F, stage, m, ready, 3 - ch);
+            }
+            if (s.w_head < s.w_stage.size())
+                offer(op::W, s.w_stage[s.w_head], s.w_mb[s.w_head], i_end[idx(s.w_stage[s.w_head], s.w_mb[s.w_head])], 4);
+            return c;
+        };
+
+        microbatch_order order(P);
+        std::vector<choice> cand(P);
+        std::vector<bool> dirty(P, true);
+        for (long remaining = 3L * S * M; remaining > 0; --remaining) {
+            int pick = -1;
+            for (int r = 0; r < P; ++r) {
+                if (dirty[r]) {
+                    cand[r] = best(r);
+                    dirty[r] = false;
+                }
+                if (cand[r].valid && (pick < 0 || cand[r].start < cand[pick].start)) pick = r;
+            }
+            if (pick < 0) throw error("zb-v: list scheduling stalled (internal error)");
+            const choice c = cand[pick];
+            rank_state& s = st[pick];
+            const double end = c.start + 1;
+            s.free_at = end;
+            const int ch = c.stage == stage_of(pick, 0) ? 0 : 1;
+            if (c.kind == op::F) {
+                f_end[idx(c.stage, c.mb)] = end;
+                ++s.next_f[ch];
+                ++s.live;
+            } else if (c.kind == op::I) {
+                i_end[idx(c.stage, c.mb)] = end;
+                ++s.next_i[ch];
+                s.w_stage.push_back(c.stage);
+                s.w_mb.push_back(c.mb);
+            } else {
+                ++s.w_head;
+                --s.live;
+            }
+            order[pick].push_back({c.stage, c.kind, c.mb, 0});
+            dirty[pick] = true;
+            if (c.stage > 0) dirty[place[c.stage - 1]] = true;
+            if (c.stage + 1 < S) dirty[place[c.stage + 1]] = true;
+        }
+        return expand_slices(P, place, units, order);
+    }
+};
+
+} // namespace tpipe
