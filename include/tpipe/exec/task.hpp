@@ -54,6 +54,7 @@ public:
     {
         result_.template emplace<1>(std::forward<U>(v));
     }
+    bool result_failed() const noexcept { return result_.index() == 2; }
     T result()
     {
         if (result_.index() == 2) std::rethrow_exception(std::get<2>(result_));
@@ -70,6 +71,7 @@ public:
     task<T&> get_return_object() noexcept;
     void unhandled_exception() noexcept { result_.template emplace<2>(std::current_exception()); }
     void return_value(T& v) noexcept { result_.template emplace<1>(std::addressof(v)); }
+    bool result_failed() const noexcept { return result_.index() == 2; }
     T& result()
     {
         if (result_.index() == 2) std::rethrow_exception(std::get<2>(result_));
@@ -86,6 +88,7 @@ public:
     task<void> get_return_object() noexcept;
     void unhandled_exception() noexcept { error_ = std::current_exception(); }
     void return_void() noexcept {}
+    bool result_failed() const noexcept { return static_cast<bool>(error_); }
     void result()
     {
         if (error_) std::rethrow_exception(error_);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
+#include <exception>
 #include <tuple>
 #include <type_traits>
 #include <variant>
@@ -132,7 +133,9 @@ task<std::tuple<detail::when_all_value_t<T>...>> when_all(task<T>... tasks)
     (children.push_back(detail::make_when_all_child<T>(tasks.handle())), ...);
     co_await detail::when_all_awaiter{children};
     std::exception_ptr first;
-    (detail::rethrow_first(first, [&] { (void)tasks.done(); if (tasks.handle().promise().result_failed()) tasks.result(); }), ...);
+    (detail::rethrow_first(first, [&] {
+        if (tasks.handle().promise().result_failed()) tasks.result();
+    }), ...);
     if (first) std::rethrow_exception(first);
     co_return std::tuple<detail::when_all_value_t<T>...>{detail::when_all_take(tasks)...};
 }
