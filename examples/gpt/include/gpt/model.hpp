@@ -1,0 +1,188 @@
+#pragma once
+// The reference GPT on the CPU: a decoder-only transformer (token + position embedding,
+// pre-LayerNorm blocks with causal multi-head attention and a GELU MLP, final LayerNorm, tied or
+// untied LM head, softmax cross-entropy), with a hand-written backward pass.
+//
+// The unit of work is a tpipe::unit: rows [row_begin,row_end) of microbatch `microbatch` and
+// tokens [token_begin,token_end) of them. A `gpt::part` holds a contiguous range of the model
+// (layers [l0,l1), plus the embeddings if it is first and the head + loss if it is last) and keeps,
+// per microbatch, the K/V cache of its layers: a unit attends to the cached K/V of tokens
+// [0, token_begin) of its rows plus its own tokens (causal). Backward runs in reverse token order
+// per microbatch and adds the gradient of earlier tokens' K/V into a per-microbatch accumulator.
+//
+// Loss = mean over all B*L tokens of the batch, computed as a sum of per-unit partial sums each
+// divided by B*L, so any slicing gives the same loss and gradients.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tpipe/core/unit.hpp>
+#include <tpipe/slice/scheme.hpp>
+
+#include "gpt/kernels.hpp"
+
+namespace gpt {
+
+struct config {
+    int vocab = 256;      //!< byte-level tokens by default
+    int d_model = 64;
+    int heads = 4;
+    int layers = 2;
+    int seq_len = 64;     //!< positions (the longest sequence)
+    int mlp_ratio = 4;
+    bool tied = true;     //!< LM head shares the token embedding
+    double ln_eps = 1e-5;
+
+    int d_head() const { return d_model / heads; }
+    int d_ff() const { return mlp_ratio * d_model; }
+    //! Throws std::invalid_argument naming the bad field.
+    void validate() const;
+};
+
+//! One named parameter tensor inside the flat parameter vector.
+struct tensor_info {
+    std::string name;
+    std::int64_t offset = 0;
+    std::vector<std::int64_t> shape;
+    bool decay = false;   //!< AdamW weight decay applies (matrices and embeddings)
+    std::int64_t size() const
+    {
+        std::int64_t n = 1;
+        for (auto s : shape) n *= s;
+        return n;
+    }
+};
+
+//! Offsets of every parameter in the flat vector. Weight matrices are stored [in, out] (y = x W + b),
+//! except the embeddings/head, which are [vocab, d] and [seq_len, d].
+struct layout {
+    struct block {
+        std::int64_t ln1_g, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_g, ln2_b, w_fc, b_fc, w_proj, b_proj;
+        std::int64_t begin, end;  //!< [begin, end) of this block's parameters
+    };
+    std::int64_t wte = 0, wpe = 0, lnf_g = 0, lnf_b = 0, head = 0;  // head == wte when tied
+    std::vector<block> blocks;
+    std::vector<tensor_info> tensors;
+    std::int64_t total = 0;
+
+    explicit layout(const config& c);
+    layout() = default;
+};
+
+//! Flat parameter values and gradients.
+template <class T>
+struct parameters {
+    config cfg;
+    gpt::layout lay;
+    std::vector<T> value, grad;
+
+    explicit parameters(const config& c);
+    //! GPT-2 style initialisation: N(0, 0.02), projections into the residual scaled by 1/sqrt(2 layers).
+    void init(std::uint64_t seed);
+    void zero_grad();
+    std::int64_t size() const { return lay.total; }
+};
+
+//! The tokens of one training step: inputs and targets, both [rows, seq_len] row-major.
+struct batch {
+    std::int64_t rows = 0;
+    std::int64_t seq_len = 0;
+    std::vector<std::int32_t> inputs;
+    std::vector<std::int32_t> targets;
+};
+
+//! Activations (or their gradients) flowing between parts: [rows, tokens, d_model] row-major.
+template <class T>
+struct activation {
+    std::int64_t rows = 0;
+    std::int64_t tokens = 0;
+    std::vector<T> data;
+};
+
+//! A contiguous range of the model: layers [layer_begin, layer_end), with the embeddings when
+//! first and the final LayerNorm, head and loss when last. Parameters live in a shared
+//! `parameters` object; a part writes only the gradients of its own parameters (when the head is
+//! tied and this part is last but not first, the head's gradient goes to a private buffer that
+//! `flush_grad()` adds to the embedding gradient after the iteration).
+template <class T>
+class part {
+public:
+    part(parameters<T>& params, int layer_begin, int layer_end, bool first, bool last, int threads = 1);
+    ~part();
+    part(part&&) noexcept;
+    part& operator=(part&&) noexcept;
+
+    //! Starts an iteration: drops every cache and saved activation, sets the batch (kept by pointer)
+    //! and the loss normaliser (token count of the whole batch, B*L by default).
+    void begin(const batch* b, std::int64_t total_tokens = 0);
+
+    //! Forward of one unit. The first part ignores `in` and embeds the unit's tokens; the last part
+    //! returns a [rows, tokens, 1] activation holding nothing useful (the loss is accumulated).
+    activation<T> forward(const tpipe::unit& u, activation<T> in);
+    //! Gradient with respect to the unit's input (and the K/V of earlier tokens, accumulated).
+    //! The last part ignores `grad_out` (its seed is d loss / d logits). The first part returns an
+    //! empty activation.
+    activation<T> backward_input(const tpipe::unit& u, activation<T> grad_out);
+    //! Adds the unit's parameter gradients. Must follow backward_input of the same unit.
+    void backward_weight(const tpipe::unit& u);
+    //! backward_input then backward_weight.
+    activation<T> backward(const tpipe::unit& u, activation<T> grad_out);
+
+    //! Sum of the units' loss contributions so far in this iteration (the mean loss once all ran).
+    double loss() const { return loss_; }
+    //! Adds privately accumulated gradients (tied head) into params.grad. Call once per iteration.
+    void flush_grad();
+
+    bool first() const { return first_; }
+    bool last() const { return last_; }
+    int layer_begin() const { return l0_; }
+    int layer_end() const { return l1_; }
+    thread_pool& pool() { return *pool_; }
+    parameters<T>& params() { return *params_; }
+
+private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
+    parameters<T>* params_;
+    int l0_, l1_;
+    bool first_, last_;
+    std::unique_ptr<thread_pool> pool_;
+    double loss_ = 0;
+};
+
+//! Runs one whole iteration on a single part holding the whole model, as one unit (the
+//! non-pipelined reference). Returns the mean loss; gradients are in params.grad (zeroed first).
+template <class T>
+double full_step(parameters<T>& params, const batch& b, int threads = 1);
+
+//! Runs one iteration through a chain of parts without a pipeline runtime: every unit of the
+//! scheme forward through all parts (microbatch-major, slices ascending), then backward in the
+//! reverse order. Zeroes the gradients first, flushes at the end; returns the mean loss.
+template <class T>
+double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& units, const batch& b);
+
+//! AdamW with bias correction; decay only on tensors marked `decay`.
+struct adamw_options {
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+template <class T>
+class adamw {
+public:
+    adamw(const parameters<T>& p, adamw_options o);
+    void step(parameters<T>& p);
+    std::int64_t steps() const { return t_; }
+
+private:
+    adamw_options o_;
+    std::vector<T> m_, v_;
+    std::vector<unsigned char> decay_;
+    std::int64_t t_ = 0;
+};
+
+//! Byte-level data: samples `rows` random windows of seq_len+1 bytes of `text`.
+batch sample_batch(const std::string& text, std::int64_t rows, std::int64_t seq_len, std::uint64_t& rng_state);
+
+} // namespace gpt

@@ -1,0 +1,697 @@
+#include "gpt/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace gpt {
+
+// ---- config / layout / parameters ----------------------------------------------------------
+void config::validate() const
+{
+    auto bad = [](const std::string& what) { throw std::invalid_argument("gpt::config: " + what); };
+    if (vocab < 2) bad("vocab must be >= 2, got " + std::to_string(vocab));
+    if (d_model < 1) bad("d_model must be >= 1, got " + std::to_string(d_model));
+    if (heads < 1 || d_model % heads != 0)
+        bad("heads must be >= 1 and divide d_model (" + std::to_string(d_model) + "), got " + std::to_string(heads));
+    if (layers < 0) bad("layers must be >= 0, got " + std::to_string(layers));
+    if (seq_len < 1) bad("seq_len must be >= 1, got " + std::to_string(seq_len));
+    if (mlp_ratio < 1) bad("mlp_ratio must be >= 1, got " + std::to_string(mlp_ratio));
+    if (!(ln_eps > 0)) bad("ln_eps must be > 0");
+}
+
+layout::layout(const config& c)
+{
+    c.validate();
+    const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff();
+    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay) {
+        tensor_info t{std::move(name), total, std::move(shape), decay};
+        total += t.size();
+        tensors.push_back(t);
+        return t.offset;
+    };
+    wte = add("wte", {V, d}, true);
+    wpe = add("wpe", {L, d}, true);
+    for (int l = 0; l < c.layers; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        block b{};
+        b.begin = total;
+        b.ln1_g = add(p + "ln1.g", {d}, false);
+        b.ln1_b = add(p + "ln1.b", {d}, false);
+        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true);
+        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false);
+        b.w_o = add(p + "attn.w_o", {d, d}, true);
+        b.b_o = add(p + "attn.b_o", {d}, false);
+        b.ln2_g = add(p + "ln2.g", {d}, false);
+        b.ln2_b = add(p + "ln2.b", {d}, false);
+        b.w_fc = add(p + "mlp.w_fc", {d, F}, true);
+        b.b_fc = add(p + "mlp.b_fc", {F}, false);
+        b.w_proj = add(p + "mlp.w_proj", {F, d}, true);
+        b.b_proj = add(p + "mlp.b_proj", {d}, false);
+        b.end = total;
+        blocks.push_back(b);
+    }
+    lnf_g = add("lnf.g", {d}, false);
+    lnf_b = add("lnf.b", {d}, false);
+    head = c.tied ? wte : add("head", {V, d}, true);
+}
+
+template <class T>
+parameters<T>::parameters(const config& c)
+    : cfg(c), lay(c), value(static_cast<std::size_t>(lay.total)), grad(static_cast<std::size_t>(lay.total))
+{
+}
+
+namespace {
+std::uint64_t splitmix(std::uint64_t& s)
+{
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+double uniform01(std::uint64_t& s) { return (static_cast<double>(splitmix(s) >> 11) + 0.5) * 0x1.0p-53; }
+double normal(std::uint64_t& s)
+{
+    const double u1 = uniform01(s), u2 = uniform01(s);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+} // namespace
+
+template <class T>
+void parameters<T>::init(std::uint64_t seed)
+{
+    std::uint64_t s = seed * 0x2545F4914F6CDD1DULL + 1;
+    const double proj_std = 0.02 / std::sqrt(2.0 * std::max(1, cfg.layers));
+    for (const auto& t : lay.tensors) {
+        T* p = value.data() + t.offset;
+        const bool is_gain = t.name.size() >= 2 && t.name.substr(t.name.size() - 2) == ".g";
+        const bool is_proj = t.name.find("w_o") != std::string::npos || t.name.find("w_proj") != std::string::npos;
+        for (std::int64_t i = 0; i < t.size(); ++i) {
+            if (t.shape.size() == 2)
+                p[i] = static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02));
+            else
+                p[i] = is_gain ? T(1) : T(0);
+        }
+    }
+    zero_grad();
+}
+
+template <class T>
+void parameters<T>::zero_grad()
+{
+    std::fill(grad.begin(), grad.end(), T(0));
+}
+
+// ---- small kernels -------------------------------------------------------------------------
+namespace {
+
+template <class T>
+void layernorm_forward(std::int64_t n, std::int64_t d, const T* x, const T* g, const T* b, double eps, T* y,
+                       T* mean, T* rstd)
+{
+    for (std::int64_t i = 0; i < n; ++i) {
+        const T* xi = x + i * d;
+        T m = 0;
+        for (std::int64_t c = 0; c < d; ++c) m += xi[c];
+        m /= T(d);
+        T v = 0;
+        for (std::int64_t c = 0; c < d; ++c) v += (xi[c] - m) * (xi[c] - m);
+        v /= T(d);
+        const T r = T(1) / std::sqrt(v + T(eps));
+        mean[i] = m;
+        rstd[i] = r;
+        T* yi = y + i * d;
+        for (std::int64_t c = 0; c < d; ++c) yi[c] = (xi[c] - m) * r * g[c] + b[c];
+    }
+}
+
+// dx += d LN(x) / dx applied to dy
+template <class T>
+void layernorm_backward(std::int64_t n, std::int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+                        const T* g, T* dx)
+{
+    for (std::int64_t i = 0; i < n; ++i) {
+        const T* xi = x + i * d;
+        const T* dyi = dy + i * d;
+        const T m = mean[i], r = rstd[i];
+        T a = 0, bsum = 0;
+        for (std::int64_t c = 0; c < d; ++c) {
+            const T dxh = dyi[c] * g[c];
+            a += dxh;
+            bsum += dxh * (xi[c] - m) * r;
+        }
+        a /= T(d);
+        bsum /= T(d);
+        T* dxi = dx + i * d;
+        for (std::int64_t c = 0; c < d; ++c) {
+            const T xh = (xi[c] - m) * r;
+            dxi[c] += r * (dyi[c] * g[c] - a - xh * bsum);
+        }
+    }
+}
+
+template <class T>
+void layernorm_param_grad(std::int64_t n, std::int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
+                          T* dg, T* db)
+{
+    for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t c = 0; c < d; ++c) {
+            const T xh = (x[i * d + c] - mean[i]) * rstd[i];
+            dg[c] += dy[i * d + c] * xh;
+            db[c] += dy[i * d + c];
+        }
+}
+
+template <class T>
+void add_bias(std::int64_t n, std::int64_t d, const T* b, T* y)
+{
+    for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t c = 0; c < d; ++c) y[i * d + c] += b[c];
+}
+
+template <class T>
+void col_sum(std::int64_t n, std::int64_t d, const T* x, T* out)
+{
+    for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t c = 0; c < d; ++c) out[c] += x[i * d + c];
+}
+
+constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
+constexpr double gelu_a = 0.044715;
+
+template <class T>
+T gelu(T x)
+{
+    const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
+    return T(0.5) * x * (T(1) + std::tanh(u));
+}
+template <class T>
+T gelu_grad(T x)
+{
+    const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
+    const T th = std::tanh(u);
+    const T du = T(gelu_k) * (T(1) + T(3 * gelu_a) * x * x);
+    return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
+}
+
+[[noreturn]] void refuse(const std::string& what) { throw std::logic_error("gpt::part: " + what); }
+
+} // namespace
+
+// ---- part ----------------------------------------------------------------------------------
+template <class T>
+struct part<T>::impl {
+    struct mb_state {
+        std::int64_t rows = 0, row_begin = 0;
+        std::int64_t forwarded = 0;  //!< tokens [0, forwarded) went forward
+        std::int64_t backward_at = -1;  //!< next backward must end here (-1: none started)
+        std::vector<std::vector<T>> k, v, dk, dv;  // per local layer, [rows, seq, d]
+    };
+    struct layer_saved {
+        std::vector<T> x, ln1, mean1, rstd1, qkv, probs, attn, xmid, ln2, mean2, rstd2, fc, act;
+        std::vector<T> dout, dfc, dln2, dproj, dqkv, dln1;
+    };
+    struct unit_saved {
+        std::vector<layer_saved> layers;
+        std::vector<T> dx0;                                       // first: grad of embedding output
+        std::vector<T> xh, xf, meanf, rstdf, dlogits, dxf;        // last: head
+        bool input_done = false;
+    };
+
+    const batch* data = nullptr;
+    std::int64_t total = 1;
+    std::map<int, mb_state> mbs;
+    std::map<std::pair<int, int>, unit_saved> units;
+    std::vector<T> head_grad;  // tied head on the last part: private accumulator
+};
+
+template <class T>
+part<T>::part(parameters<T>& params, int layer_begin, int layer_end, bool first, bool last, int threads)
+    : impl_(std::make_unique<impl>()), params_(&params), l0_(layer_begin), l1_(layer_end), first_(first),
+      last_(last), pool_(std::make_unique<thread_pool>(threads))
+{
+    if (layer_begin < 0 || layer_end < layer_begin || layer_end > params.cfg.layers)
+        refuse("layer range [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
+               ") is not inside [0, " + std::to_string(params.cfg.layers) + ")");
+    if (last && params.cfg.tied)
+        impl_->head_grad.assign(static_cast<std::size_t>(params.cfg.vocab) * params.cfg.d_model, T(0));
+}
+
+template <class T>
+part<T>::~part() = default;
+template <class T>
+part<T>::part(part&&) noexcept = default;
+template <class T>
+part<T>& part<T>::operator=(part&&) noexcept = default;
+
+template <class T>
+void part<T>::begin(const batch* b, std::int64_t total_tokens)
+{
+    if (!b) refuse("begin() needs a batch");
+    if (b->seq_len > params_->cfg.seq_len)
+        refuse("batch sequence length " + std::to_string(b->seq_len) + " exceeds the model's " +
+               std::to_string(params_->cfg.seq_len) + " positions");
+    impl_->data = b;
+    impl_->total = total_tokens > 0 ? total_tokens : b->rows * b->seq_len;
+    impl_->mbs.clear();
+    impl_->units.clear();
+    loss_ = 0;
+}
+
+template <class T>
+void part<T>::flush_grad()
+{
+    if (impl_->head_grad.empty()) return;
+    T* g = params_->grad.data() + params_->lay.head;
+    for (std::size_t i = 0; i < impl_->head_grad.size(); ++i) g[i] += impl_->head_grad[i];
+    std::fill(impl_->head_grad.begin(), impl_->head_grad.end(), T(0));
+}
+
+template <class T>
+activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
+    if (!I.data) refuse("forward() before begin()");
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
+    const std::int64_t n = rows * s;
+    if (u.row_begin < 0 || u.row_end > B.rows || rows < 1 || t0 < 0 || t1 > Lb || s < 1)
+        refuse("unit rows [" + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + ") tokens [" +
+               std::to_string(t0) + "," + std::to_string(t1) + ") do not fit the batch " + std::to_string(B.rows) +
+               " x " + std::to_string(Lb));
+    // Per-microbatch state: created by the first slice, which must start at token 0.
+    auto it = I.mbs.find(u.microbatch);
+    if (t0 == 0) {
+        if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
+        auto& st = I.mbs[u.microbatch];
+        st.rows = rows;
+        st.row_begin = u.row_begin;
+        const std::size_t cache = static_cast<std::size_t>(rows * Lb * d);
+        for (int l = l0_; l < l1_; ++l) {
+            st.k.emplace_back(cache);
+            st.v.emplace_back(cache);
+            st.dk.emplace_back(cache, T(0));
+            st.dv.emplace_back(cache, T(0));
+        }
+        it = I.mbs.find(u.microbatch);
+    } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
+               it->second.rows != rows) {
+        refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
+               std::to_string(t1) + ") out of causal order (its earlier tokens must go first, same rows)");
+    }
+    auto& mb = it->second;
+    mb.forwarded = t1;
+    auto& us = I.units[{u.microbatch, u.slice}];
+    us = {};
+    us.layers.resize(static_cast<std::size_t>(l1_ - l0_));
+
+    const T* W = params_->value.data();
+    thread_pool& pool = *pool_;
+    std::vector<T> x;
+    if (first_) {
+        x.assign(static_cast<std::size_t>(n * d), T(0));
+        const T* wte = W + params_->lay.wte;
+        const T* wpe = W + params_->lay.wpe;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < s; ++i) {
+                const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
+                if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
+                T* xi = x.data() + (r * s + i) * d;
+                for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
+            }
+    } else {
+        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
+            refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
+                   std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
+                   std::to_string(s) + "," + std::to_string(d) + "]");
+        x = std::move(in.data);
+    }
+
+    const T scale = T(1) / std::sqrt(T(dh));
+    for (int l = l0_; l < l1_; ++l) {
+        const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
+        auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
+        auto& K = mb.k[static_cast<std::size_t>(l - l0_)];
+        auto& Vc = mb.v[static_cast<std::size_t>(l - l0_)];
+        sv.ln1.resize(static_cast<std::size_t>(n * d));
+        sv.mean1.resize(static_cast<std::size_t>(n));
+        sv.rstd1.resize(static_cast<std::size_t>(n));
+        layernorm_forward(n, d, x.data(), W + bl.ln1_g, W + bl.ln1_b, cfg.ln_eps, sv.ln1.data(), sv.mean1.data(),
+                          sv.rstd1.data());
+        sv.qkv.resize(static_cast<std::size_t>(n * 3 * d));
+        gemm<T>(pool, n, 3 * d, d, {sv.ln1.data(), d, 1}, {W + bl.w_qkv, 3 * d, 1}, sv.qkv.data(), 3 * d, false);
+        add_bias(n, 3 * d, W + bl.b_qkv, sv.qkv.data());
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < s; ++i) {
+                const T* src = sv.qkv.data() + (r * s + i) * 3 * d;
+                std::copy(src + d, src + 2 * d, K.data() + (r * Lb + t0 + i) * d);
+                std::copy(src + 2 * d, src + 3 * d, Vc.data() + (r * Lb + t0 + i) * d);
+            }
+        sv.probs.resize(static_cast<std::size_t>(rows * H * s * t1));
+        sv.attn.resize(static_cast<std::size_t>(n * d));
+        pool.run(static_cast<int>(rows * H), [&](int rh) {
+            const std::int64_t r = rh / H, h = rh % H;
+            T* P = sv.probs.data() + rh * s * t1;
+            gemm<T>(s, t1, dh, {sv.qkv.data() + r * s * 3 * d + h * dh, 3 * d, 1},
+                    {K.data() + r * Lb * d + h * dh, 1, d}, P, t1, false);
+            for (std::int64_t i = 0; i < s; ++i) {
+                T* row = P + i * t1;
+                const std::int64_t lim = t0 + i + 1;
+                T mx = -std::numeric_limits<T>::infinity();
+                for (std::int64_t j = 0; j < lim; ++j) mx = std::max(mx, row[j] * scale);
+                T sum = 0;
+                for (std::int64_t j = 0; j < lim; ++j) {
+                    row[j] = std::exp(row[j] * scale - mx);
+                    sum += row[j];
+                }
+                const T inv = T(1) / sum;
+                for (std::int64_t j = 0; j < lim; ++j) row[j] *= inv;
+                for (std::int64_t j = lim; j < t1; ++j) row[j] = T(0);
+            }
+            gemm<T>(s, dh, t1, {P, t1, 1}, {Vc.data() + r * Lb * d + h * dh, d, 1}, sv.attn.data() + r * s * d + h * dh,
+                    d, false);
+        });
+        sv.x = std::move(x);
+        sv.xmid.resize(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, d, {sv.attn.data(), d, 1}, {W + bl.w_o, d, 1}, sv.xmid.data(), d, false);
+        for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t c = 0; c < d; ++c) sv.xmid[i * d + c] += W[bl.b_o + c] + sv.x[i * d + c];
+        sv.ln2.resize(static_cast<std::size_t>(n * d));
+        sv.mean2.resize(static_cast<std::size_t>(n));
+        sv.rstd2.resize(static_cast<std::size_t>(n));
+        layernorm_forward(n, d, sv.xmid.data(), W + bl.ln2_g, W + bl.ln2_b, cfg.ln_eps, sv.ln2.data(),
+                          sv.mean2.data(), sv.rstd2.data());
+        sv.fc.resize(static_cast<std::size_t>(n * F));
+        gemm<T>(pool, n, F, d, {sv.ln2.data(), d, 1}, {W + bl.w_fc, F, 1}, sv.fc.data(), F, false);
+        add_bias(n, F, W + bl.b_fc, sv.fc.data());
+        sv.act.resize(sv.fc.size());
+        for (std::size_t i = 0; i < sv.fc.size(); ++i) sv.act[i] = gelu(sv.fc[i]);
+        x.assign(static_cast<std::size_t>(n * d), T(0));
+        gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
+        for (std::int64_t i = 0; i < n; ++i)
+            for (std::int64_t c = 0; c < d; ++c) x[i * d + c] += W[bl.b_proj + c] + sv.xmid[i * d + c];
+    }
+
+    if (!last_) return activation<T>{rows, s, std::move(x)};
+
+    // Final LayerNorm, head and softmax cross-entropy (partial sum / total tokens).
+    const std::int64_t V = cfg.vocab;
+    const T* Wh = W + params_->lay.head;
+    us.xf.resize(static_cast<std::size_t>(n * d));
+    us.meanf.resize(static_cast<std::size_t>(n));
+    us.rstdf.resize(static_cast<std::size_t>(n));
+    layernorm_forward(n, d, x.data(), W + params_->lay.lnf_g, W + params_->lay.lnf_b, cfg.ln_eps, us.xf.data(),
+                      us.meanf.data(), us.rstdf.data());
+    us.xh = std::move(x);
+    us.dlogits.resize(static_cast<std::size_t>(n * V));
+    gemm<T>(pool, n, V, d, {us.xf.data(), d, 1}, {Wh, 1, d}, us.dlogits.data(), V, false);
+    const T inv_total = T(1) / T(I.total);
+    double loss = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < s; ++i) {
+            T* z = us.dlogits.data() + (r * s + i) * V;
+            const std::int32_t tgt = B.targets[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
+            if (tgt < 0 || tgt >= V) refuse("target id " + std::to_string(tgt) + " outside the vocabulary");
+            T mx = z[0];
+            for (std::int64_t c = 1; c < V; ++c) mx = std::max(mx, z[c]);
+            T sum = 0;
+            for (std::int64_t c = 0; c < V; ++c) sum += std::exp(z[c] - mx);
+            const T lse = mx + std::log(sum);
+            loss += static_cast<double>(lse - z[tgt]);
+            for (std::int64_t c = 0; c < V; ++c) z[c] = std::exp(z[c] - lse) * inv_total;
+            z[tgt] -= inv_total;
+        }
+    loss_ += loss / static_cast<double>(I.total);
+    return activation<T>{rows, s, {}};
+}
+
+template <class T>
+activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_out)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
+    const std::int64_t n = rows * s;
+    auto uit = I.units.find({u.microbatch, u.slice});
+    auto mit = I.mbs.find(u.microbatch);
+    if (uit == I.units.end() || mit == I.mbs.end() || uit->second.input_done)
+        refuse("backward of microbatch " + std::to_string(u.microbatch) + " slice " + std::to_string(u.slice) +
+               " without a matching forward");
+    auto& mb = mit->second;
+    const std::int64_t expect_end = mb.backward_at < 0 ? mb.forwarded : mb.backward_at;
+    if (t1 != expect_end)
+        refuse("backward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
+               std::to_string(t1) + ") out of reverse token order (expected a slice ending at " +
+               std::to_string(expect_end) + ")");
+    mb.backward_at = t0;
+    auto& us = uit->second;
+    us.input_done = true;
+    const T* W = params_->value.data();
+    thread_pool& pool = *pool_;
+
+    std::vector<T> dx;
+    if (last_) {
+        const T* Wh = W + params_->lay.head;
+        us.dxf.resize(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, cfg.vocab, {us.dlogits.data(), cfg.vocab, 1}, {Wh, d, 1}, us.dxf.data(), d, false);
+        dx.assign(static_cast<std::size_t>(n * d), T(0));
+        layernorm_backward(n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
+                           W + params_->lay.lnf_g, dx.data());
+    } else {
+        if (grad_out.rows != rows || grad_out.tokens != s || static_cast<std::int64_t>(grad_out.data.size()) != n * d)
+            refuse("backward gradient has the wrong shape for the unit");
+        dx = std::move(grad_out.data);
+    }
+
+    const T scale = T(1) / std::sqrt(T(dh));
+    for (int l = l1_ - 1; l >= l0_; --l) {
+        const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
+        auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
+        auto& K = mb.k[static_cast<std::size_t>(l - l0_)];
+        auto& Vc = mb.v[static_cast<std::size_t>(l - l0_)];
+        auto& dK = mb.dk[static_cast<std::size_t>(l - l0_)];
+        auto& dV = mb.dv[static_cast<std::size_t>(l - l0_)];
+        // MLP
+        sv.dout = dx;
+        std::vector<T> dact(static_cast<std::size_t>(n * F));
+        gemm<T>(pool, n, F, d, {sv.dout.data(), d, 1}, {W + bl.w_proj, 1, d}, dact.data(), F, false);
+        sv.dfc.resize(dact.size());
+        for (std::size_t i = 0; i < dact.size(); ++i) sv.dfc[i] = dact[i] * gelu_grad(sv.fc[i]);
+        sv.dln2.resize(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, F, {sv.dfc.data(), F, 1}, {W + bl.w_fc, 1, F}, sv.dln2.data(), d, false);
+        layernorm_backward(n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), W + bl.ln2_g,
+                           dx.data());
+        // Attention
+        sv.dproj = dx;
+        std::vector<T> dattn(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, dattn.data(), d, false);
+        sv.dqkv.assign(static_cast<std::size_t>(n * 3 * d), T(0));
+        pool.run(static_cast<int>(rows * H), [&](int rh) {
+            const std::int64_t r = rh / H, h = rh % H;
+            const T* P = sv.probs.data() + rh * s * t1;
+            const T* dO = dattn.data() + r * s * d + h * dh;
+            std::vector<T> dP(static_cast<std::size_t>(s * t1));
+            gemm<T>(s, t1, dh, {dO, d, 1}, {Vc.data() + r * Lb * d + h * dh, 1, d}, dP.data(), t1, false);
+            gemm<T>(t1, dh, s, {P, 1, t1}, {dO, d, 1}, dV.data() + r * Lb * d + h * dh, d, true);
+            for (std::int64_t i = 0; i < s; ++i) {
+                const std::int64_t lim = t0 + i + 1;
+                T* dpi = dP.data() + i * t1;
+                const T* pi = P + i * t1;
+                T dot = 0;
+                for (std::int64_t j = 0; j < lim; ++j) dot += dpi[j] * pi[j];
+                for (std::int64_t j = 0; j < lim; ++j) dpi[j] = pi[j] * (dpi[j] - dot) * scale;
+                for (std::int64_t j = lim; j < t1; ++j) dpi[j] = T(0);
+            }
+            gemm<T>(s, dh, t1, {dP.data(), t1, 1}, {K.data() + r * Lb * d + h * dh, d, 1},
+                    sv.dqkv.data() + r * s * 3 * d + h * dh, 3 * d, false);
+            gemm<T>(t1, dh, s, {dP.data(), 1, t1}, {sv.qkv.data() + r * s * 3 * d + h * dh, 3 * d, 1},
+                    dK.data() + r * Lb * d + h * dh, d, true);
+        });
+        // The slice's own K/V gradient is now complete: later slices (already done) plus itself.
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < s; ++i) {
+                T* dst = sv.dqkv.data() + (r * s + i) * 3 * d;
+                std::copy_n(dK.data() + (r * Lb + t0 + i) * d, d, dst + d);
+                std::copy_n(dV.data() + (r * Lb + t0 + i) * d, d, dst + 2 * d);
+            }
+        sv.dln1.resize(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, 3 * d, {sv.dqkv.data(), 3 * d, 1}, {W + bl.w_qkv, 1, 3 * d}, sv.dln1.data(), d, false);
+        layernorm_backward(n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
+                           dx.data());
+        // Drop what backward_weight does not need.
+        std::vector<T>().swap(sv.probs);
+        std::vector<T>().swap(sv.fc);
+    }
+    if (t0 == 0) I.mbs.erase(mit);  // every slice of the microbatch is through: its caches are done
+
+    if (first_) {
+        us.dx0 = std::move(dx);
+        return activation<T>{rows, s, {}};
+    }
+    return activation<T>{rows, s, std::move(dx)};
+}
+
+template <class T>
+void part<T>::backward_weight(const tpipe::unit& u)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
+    auto uit = I.units.find({u.microbatch, u.slice});
+    if (uit == I.units.end() || !uit->second.input_done)
+        refuse("backward_weight of microbatch " + std::to_string(u.microbatch) + " slice " +
+               std::to_string(u.slice) + " before its backward_input");
+    auto& us = uit->second;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin;
+    const std::int64_t d = cfg.d_model, F = cfg.d_ff(), n = rows * s;
+    T* G = params_->grad.data();
+    thread_pool& pool = *pool_;
+
+    if (last_) {
+        const std::int64_t V = cfg.vocab;
+        T* gh = impl_->head_grad.empty() ? G + params_->lay.head : impl_->head_grad.data();
+        gemm<T>(pool, V, d, n, {us.dlogits.data(), 1, V}, {us.xf.data(), d, 1}, gh, d, true);
+        layernorm_param_grad(n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
+                             G + params_->lay.lnf_g, G + params_->lay.lnf_b);
+    }
+    for (int l = l1_ - 1; l >= l0_; --l) {
+        const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
+        auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
+        gemm<T>(pool, F, d, n, {sv.act.data(), 1, F}, {sv.dout.data(), d, 1}, G + bl.w_proj, d, true);
+        col_sum(n, d, sv.dout.data(), G + bl.b_proj);
+        gemm<T>(pool, d, F, n, {sv.ln2.data(), 1, d}, {sv.dfc.data(), F, 1}, G + bl.w_fc, F, true);
+        col_sum(n, F, sv.dfc.data(), G + bl.b_fc);
+        layernorm_param_grad(n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), G + bl.ln2_g,
+                             G + bl.ln2_b);
+        gemm<T>(pool, d, d, n, {sv.attn.data(), 1, d}, {sv.dproj.data(), d, 1}, G + bl.w_o, d, true);
+        col_sum(n, d, sv.dproj.data(), G + bl.b_o);
+        gemm<T>(pool, d, 3 * d, n, {sv.ln1.data(), 1, d}, {sv.dqkv.data(), 3 * d, 1}, G + bl.w_qkv, 3 * d, true);
+        col_sum(n, 3 * d, sv.dqkv.data(), G + bl.b_qkv);
+        layernorm_param_grad(n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), G + bl.ln1_g,
+                             G + bl.ln1_b);
+    }
+    if (first_) {
+        const batch& B = *I.data;
+        const std::int64_t Lb = B.seq_len;
+        T* gte = G + params_->lay.wte;
+        T* gpe = G + params_->lay.wpe;
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < s; ++i) {
+                const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
+                const T* g = us.dx0.data() + (r * s + i) * d;
+                for (std::int64_t c = 0; c < d; ++c) {
+                    gte[tok * d + c] += g[c];
+                    gpe[(t0 + i) * d + c] += g[c];
+                }
+            }
+    }
+    I.units.erase(uit);
+}
+
+template <class T>
+activation<T> part<T>::backward(const tpipe::unit& u, activation<T> grad_out)
+{
+    auto r = backward_input(u, std::move(grad_out));
+    backward_weight(u);
+    return r;
+}
+
+template <class T>
+double full_step(parameters<T>& params, const batch& b, int threads)
+{
+    part<T> p(params, 0, params.cfg.layers, true, true, threads);
+    params.zero_grad();
+    p.begin(&b);
+    const tpipe::unit u{0, 0, 0, b.rows, 0, b.seq_len};
+    p.forward(u, {});
+    p.backward(u, {});
+    p.flush_grad();
+    return p.loss();
+}
+
+template <class T>
+double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& units, const batch& b)
+{
+    if (parts.empty()) throw std::invalid_argument("run_in_order: no parts");
+    parts.front()->params().zero_grad();
+    for (auto* p : parts) p->begin(&b);
+    for (int i = 0; i < units.units(); ++i) {
+        const auto u = units.at(i);
+        activation<T> x;
+        for (auto* p : parts) x = p->forward(u, std::move(x));
+    }
+    for (int i = units.units() - 1; i >= 0; --i) {
+        const auto u = units.at(i);
+        activation<T> g;
+        for (auto it = parts.rbegin(); it != parts.rend(); ++it) g = (*it)->backward(u, std::move(g));
+    }
+    for (auto* p : parts) p->flush_grad();
+    return parts.back()->loss();
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------
+template <class T>
+adamw<T>::adamw(const parameters<T>& p, adamw_options o)
+    : o_(o), m_(static_cast<std::size_t>(p.size()), T(0)), v_(static_cast<std::size_t>(p.size()), T(0)),
+      decay_(static_cast<std::size_t>(p.size()), 0)
+{
+    for (const auto& t : p.lay.tensors)
+        if (t.decay) std::fill_n(decay_.begin() + t.offset, t.size(), 1);
+}
+
+template <class T>
+void adamw<T>::step(parameters<T>& p)
+{
+    ++t_;
+    const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
+    const T lr = T(o_.lr), b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps), wd = T(o_.weight_decay);
+    const T step = T(o_.lr / bc1), rbc2 = T(1.0 / std::sqrt(bc2));
+    for (std::size_t i = 0; i < m_.size(); ++i) {
+        const T g = p.grad[i];
+        m_[i] = b1 * m_[i] + (T(1) - b1) * g;
+        v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
+        if (decay_[i]) p.value[i] -= lr * wd * p.value[i];
+        p.value[i] -= step * m_[i] / (std::sqrt(v_[i]) * rbc2 + eps);
+    }
+}
+
+// ---- data ----------------------------------------------------------------------------------
+batch sample_batch(const std::string& text, std::int64_t rows, std::int64_t seq_len, std::uint64_t& rng_state)
+{
+    if (static_cast<std::int64_t>(text.size()) < seq_len + 1)
+        throw std::invalid_argument("the text has " + std::to_string(text.size()) + " bytes; need at least seq_len+1 = " +
+                                    std::to_string(seq_len + 1));
+    batch b;
+    b.rows = rows;
+    b.seq_len = seq_len;
+    b.inputs.resize(static_cast<std::size_t>(rows * seq_len));
+    b.targets.resize(b.inputs.size());
+    const std::uint64_t span = text.size() - static_cast<std::uint64_t>(seq_len);
+    for (std::int64_t r = 0; r < rows; ++r) {
+        const std::uint64_t start = splitmix(rng_state) % span;
+        for (std::int64_t t = 0; t < seq_len; ++t) {
+            b.inputs[static_cast<std::size_t>(r * seq_len + t)] = static_cast<unsigned char>(text[start + t]);
+            b.targets[static_cast<std::size_t>(r * seq_len + t)] = static_cast<unsigned char>(text[start + t + 1]);
+        }
+    }
+    return b;
+}
+
+template struct parameters<float>;
+template struct parameters<double>;
+template class part<float>;
+template class part<double>;
+template double full_step<float>(parameters<float>&, const batch&, int);
+template double full_step<double>(parameters<double>&, const batch&, int);
+template double run_in_order<float>(const std::vector<part<float>*>&, const tpipe::scheme&, const batch&);
+template double run_in_order<double>(const std::vector<part<double>*>&, const tpipe::scheme&, const batch&);
+template class adamw<float>;
+template class adamw<double>;
+
+} // namespace gpt
