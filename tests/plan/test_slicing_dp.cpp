@@ -1,0 +1,184 @@
+// The exact slicing planner against exhaustive search, plus its invariances and refusals.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "brute_force.hpp"
+#include "tpipe/plan/analytic_latency.hpp"
+#include "tpipe/plan/polynomial_latency.hpp"
+#include "tpipe/plan/presets.hpp"
+#include "tpipe/plan/slicing_dp.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace {
+
+using tpipe::cut_mode;
+using tpipe::plan_slices;
+using tpipe::slicing_problem;
+
+//! Arbitrary (non-monotone) unit times from a hash of (b, s, c): no structure to exploit.
+struct noise_latency {
+    std::uint64_t seed = 1;
+    bool integer = false;
+    double seconds(std::int64_t b, std::int64_t s, std::int64_t c) const
+    {
+        std::uint64_t x = seed ^ (static_cast<std::uint64_t>(b) * 0x9E3779B97F4A7C15ull) ^
+                          (static_cast<std::uint64_t>(s) * 0xC2B2AE3D27D4EB4Full) ^
+                          (static_cast<std::uint64_t>(c) * 0x165667B19E3779F9ull);
+        x ^= x >> 31;
+        x *= 0xBF58476D1CE4E5B9ull;
+        x ^= x >> 29;
+        const double u = static_cast<double>(x % 1000003) / 1000003.0;
+        // grows with the work so slicing matters, but with large random wiggles
+        const double base = 0.2 * static_cast<double>(b * s) + 0.01 * static_cast<double>(b * s * c) / 8.0;
+        return integer ? std::floor(base) + static_cast<double>(x % 7) : (base + 3.0 * u) * 1e-3;
+    }
+};
+
+tpipe::polynomial_latency random_polynomial(std::mt19937_64& rng, bool integer, bool allow_negative_s)
+{
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::array<double, 8> k{};
+    for (auto& v : k) v = integer ? std::floor(u(rng) * 6) : u(rng) * 1e-3;
+    k[0] += integer ? 20 : 5e-3; // a per-unit overhead: slicing is not free
+    if (allow_negative_s) k[2] = -(integer ? 1.0 : 2e-4) * std::floor(u(rng) * 2 + 1); // t may fall with s
+    return tpipe::polynomial_latency(k);
+}
+
+template <class M>
+void check_against_brute_force(const M& model, int K, std::int64_t L, std::int64_t B, std::int64_t G, cut_mode mode,
+                               bool exact_arithmetic)
+{
+    INFO("K=" << K << " L=" << L << " B=" << B << " G=" << G << " mode=" << (mode == cut_mode::shared ? "shared" : "per"));
+    const auto plan = plan_slices(model, slicing_problem{K, L, B, G, mode});
+    const auto sch = plan.scheme();
+    REQUIRE(sch.units() == static_cast<int>(plan.units()));
+    CHECK(plan.objective == Approx(tpipe::pipeline_objective(model, sch, K)).epsilon(1e-12));
+    std::int64_t rows = 0;
+    for (auto b : plan.microbatches) rows += b;
+    CHECK(rows == B);
+    for (const auto& s : plan.slices)
+        for (auto l : s) CHECK(l % G == 0);
+    if (mode == cut_mode::shared) {
+        CHECK(plan.shared_cut());
+        const auto ref = tpipe::test::brute_shared(model, K, L, B, G);
+        if (exact_arithmetic) {
+            CHECK(plan.objective == ref.objective);
+            CHECK(plan.t_max == ref.t_max);
+            CHECK(plan.microbatches == ref.microbatches);
+            CHECK(plan.slices == ref.slices);
+        } else {
+            CHECK(plan.objective == Approx(ref.objective).epsilon(1e-9));
+        }
+    } else {
+        const auto ref = tpipe::test::brute_per_microbatch(model, K, L, B, G);
+        if (exact_arithmetic) {
+            CHECK(plan.objective == ref.objective);
+            CHECK(plan.t_max == ref.t_max);
+            CHECK(plan.units() == ref.units);
+        } else {
+            CHECK(plan.objective == Approx(ref.objective).epsilon(1e-9));
+        }
+    }
+}
+
+} // namespace
+
+TEST_CASE("slicing DP equals exhaustive search on random models", "[plan][dp]")
+{
+    std::mt19937_64 rng(20260130);
+    std::uniform_int_distribution<int> pick_k(1, 12);
+    for (int trial = 0; trial < 700; ++trial) {
+        const int n = 1 + trial % 14;                         // token units 1..14
+        const std::int64_t B = 1 + (trial / 14) % 4;          // rows 1..4
+        const std::int64_t G = (trial % 3 == 0) ? 8 : 1;
+        const int K = (trial % 5 == 0) ? 1 : pick_k(rng);
+        const cut_mode mode = (trial % 2) ? cut_mode::shared : cut_mode::per_microbatch;
+        const bool integer = trial % 4 < 2;
+        if (B >= 3 && n > 11) continue;                      // keeps the exhaustive side fast
+        switch (trial % 3) {
+        case 0: check_against_brute_force(random_polynomial(rng, integer, false), K, n * G, B, G, mode, integer); break;
+        case 1: check_against_brute_force(random_polynomial(rng, integer, true), K, n * G, B, G, mode, integer); break;
+        default: check_against_brute_force(noise_latency{rng(), integer}, K, n * G, B, G, mode, integer); break;
+        }
+    }
+}
+
+TEST_CASE("slicing DP: K = 1 gives the least sum; scaling times scales T and keeps the scheme", "[plan][dp]")
+{
+    std::mt19937_64 rng(7);
+    for (int trial = 0; trial < 30; ++trial) {
+        const auto model = random_polynomial(rng, false, trial % 2 == 1);
+        const std::int64_t L = 4 + trial % 9, B = 1 + trial % 3;
+        for (auto mode : {cut_mode::shared, cut_mode::per_microbatch}) {
+            const auto one = plan_slices(model, slicing_problem{1, L, B, 1, mode});
+            CHECK(one.objective == Approx(one.sum));
+            // K = 1: T is the least sum over every scheme, i.e. brute force with K = 1
+            if (mode == cut_mode::shared)
+                CHECK(one.objective == Approx(tpipe::test::brute_shared(model, 1, L, B, 1).objective).epsilon(1e-12));
+
+            const int K = 2 + trial % 7;
+            const auto base = plan_slices(model, slicing_problem{K, L, B, 1, mode});
+            auto k = model.coefficients();
+            for (auto& v : k) v *= 4.0; // a power of two: scaling is exact in binary floating point
+            const auto scaled = plan_slices(tpipe::polynomial_latency(k), slicing_problem{K, L, B, 1, mode});
+            CHECK(scaled.objective == 4.0 * base.objective);
+            CHECK(scaled.slices == base.slices);
+            CHECK(scaled.microbatches == base.microbatches);
+        }
+    }
+}
+
+TEST_CASE("slicing DP: a context-free linear model matches the closed form", "[plan][dp]")
+{
+    // t = 1 + s: T = (k + L) + (K-1)(1 + longest slice), least at longest = ceil(L/k).
+    tpipe::polynomial_latency model;
+    model.set(tpipe::polynomial_latency::term::one, 1.0).set(tpipe::polynomial_latency::term::s, 1.0);
+    for (int K : {1, 2, 9, 48})
+        for (std::int64_t L : {1, 7, 64, 300}) {
+            double closed = 1e300;
+            for (std::int64_t k = 1; k <= L; ++k)
+                closed = std::min(closed, static_cast<double>(k + L + (K - 1) * (1 + (L + k - 1) / k)));
+            const auto plan = plan_slices(model, slicing_problem{K, L, 1, 1});
+            CHECK(plan.objective == closed);
+        }
+}
+
+TEST_CASE("slicing DP refuses bad problems and bad models", "[plan][dp]")
+{
+    tpipe::polynomial_latency model(std::array<double, 8>{1, 0, 1, 0, 0, 0, 0, 0});
+    CHECK_THROWS_AS(plan_slices(model, slicing_problem{0, 8, 1, 1}), tpipe::invalid_argument);
+    CHECK_THROWS_WITH(plan_slices(model, slicing_problem{2, 10, 1, 4}), Catch::Contains("not a multiple"));
+    CHECK_THROWS_AS(plan_slices(model, slicing_problem{2, 8, 0, 1}), tpipe::invalid_argument);
+    tpipe::polynomial_latency negative(std::array<double, 8>{-5, 0, 1, 0, 0, 0, 0, 0});
+    CHECK_THROWS_WITH(plan_slices(negative, slicing_problem{2, 8, 1, 1}), Catch::Contains(">= 0"));
+    auto never = tpipe::function_latency{[](std::int64_t, std::int64_t, std::int64_t) {
+        return std::numeric_limits<double>::infinity();
+    }};
+    CHECK_THROWS_WITH(plan_slices(never, slicing_problem{2, 8, 1, 1}), Catch::Contains("+inf"));
+}
+
+TEST_CASE("slicing DP handles +inf units (slices the model cannot run)", "[plan][dp]")
+{
+    // Slices longer than 3 units cannot run: the planner must cut around them.
+    auto capped = tpipe::function_latency{[](std::int64_t b, std::int64_t s, std::int64_t c) {
+        return s > 3 ? std::numeric_limits<double>::infinity() : 1.0 + static_cast<double>(b * s) + 0.1 * c;
+    }};
+    for (int K : {1, 4})
+        for (auto mode : {cut_mode::shared, cut_mode::per_microbatch}) {
+            const auto plan = plan_slices(capped, slicing_problem{K, 10, 2, 1, mode});
+            for (const auto& s : plan.slices)
+                for (auto l : s) CHECK(l <= 3);
+            if (mode == cut_mode::shared) CHECK(plan.objective == tpipe::test::brute_shared(capped, K, 10, 2, 1).objective);
+        }
+}
+
+TEST_CASE("slicing DP on the GPT-3 175B analytic model prefers token slices", "[plan][dp]")
+{
+    const auto model = tpipe::presets::analytic(tpipe::presets::gpt3_175b, 48, tpipe::presets::v100);
+    const auto plan = plan_slices(model, slicing_problem{48, 2048, 2, 8});
+    CHECK(plan.units() > 2);
+    CHECK(plan.objective < tpipe::pipeline_objective(model, tpipe::microbatch_slicer{2}.scheme({2, 2048}), 48));
+}
