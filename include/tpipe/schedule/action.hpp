@@ -44,7 +44,10 @@ inline std::string to_string(const action& a)
     std::string s = std::to_string(a.stage);
     s += name(a.kind);
     s += std::to_string(a.microbatch);
-    if (a.slice != 0) s += "." + std::to_string(a.slice);
+    if (a.slice != 0) {
+        s += '.';
+        s += std::to_string(a.slice);
+    }
     return s;
 }
 

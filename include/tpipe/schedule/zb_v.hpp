@@ -3,8 +3,9 @@
 // down the ranks and comes back up, and the first and last stage share rank 0. The order is
 // built by list scheduling with unit costs (F = I = W): a free rank starts the action that can
 // start earliest, preferring input gradients, then forwards of the second chunk, then of the
-// first, then weight gradients; first-chunk forwards are admitted only while fewer than 2P
-// chunk activations are alive (1F1B's peak). W's thereby fill the bubbles.
+// first, then weight gradients; a microbatch enters rank r's first chunk only while its two
+// chunk activations fit under 2P alive on that rank (1F1B's peak, in half-size chunks). W's
+// thereby fill the bubbles.
 #include <vector>
 
 #include "tpipe/schedule/schedule.hpp"
@@ -62,7 +63,9 @@ struct zb_v {
             }
             for (int ch = 1; ch >= 0; --ch) {  // forwards; new microbatches only under the memory cap
                 const int stage = stage_of(r, ch), m = s.next_f[ch];
-                if (m >= M || (ch == 0 && s.live >= S)) continue;
+                // A first-chunk forward brings this microbatch back as a second-chunk activation
+                // later: admit it only if both fit under the cap, counting those still away.
+                if (m >= M || (ch == 0 && s.live + (s.next_f[0] - s.next_f[1]) + 2 > S)) continue;
                 double ready = 0;
                 if (stage > 0) {
                     if (f_end[idx(stage - 1, m)] < 0) continue;
