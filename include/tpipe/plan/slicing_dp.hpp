@@ -37,6 +37,7 @@
 #include <limits>
 #include <memory>
 #include <queue>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,31 @@ struct path_problem {
                 bottleneck[i + s] = std::min(bottleneck[i + s], std::max(bottleneck[i], hr[s - 1]));
         }
         min_cap = bottleneck[n];
+    }
+
+    //! The best uniform cut (m slices of floor or ceil n/m units, longer first) as a feasible
+    //! (sum + (K-1) max, max): a tight starting bound for the sweep at O(n^2) lookups.
+    std::pair<double, double> best_uniform(int stages) const
+    {
+        const int n = tri->n;
+        double best = inf, best_cap = inf;
+        for (int m = 1; m <= n; ++m) {
+            double sum = 0, mx = 0;
+            for (int i = 0, pos = 0; i < m; ++i) {
+                const int len = n / m + (i < n % m ? 1 : 0);
+                const std::size_t e = tri->offset[pos] + len - 1;
+                sum += w[e];
+                mx = std::max(mx, h[e]);
+                pos += len;
+            }
+            if (mx == inf) continue;
+            const double value = sum + (stages - 1) * mx;
+            if (value < best) {
+                best = value;
+                best_cap = mx;
+            }
+        }
+        return {best, best_cap};
     }
 
     //! Least cost to every position with every slice's h <= cap; `path_max` (if given) gets the
@@ -515,6 +541,10 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
             std::vector<double> f, pmax;
             probs.back().capped(ds::inf, f, &pmax);
             if (f[n] < ds::inf) start = {f[n] + (K - 1) * pmax[n], pmax[n]};
+            // B equal microbatches of one row, each cut uniformly (feasible whenever b = 1 is).
+            const auto [value, cap] = probs.front().best_uniform(K);
+            const double all_rows = B * (value - (K - 1) * cap) + (K - 1) * cap;
+            if (value < ds::inf && all_rows < start.objective) start = {all_rows, cap};
         }
         const auto found = ds::sweep(ptrs, rest, K, least_sum[B], start, ds::inf, combine, stats);
         if (found.objective == ds::inf) unsolvable();
@@ -592,6 +622,8 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
                 std::vector<double> f, pmax;
                 p.capped(ds::inf, f, &pmax);
                 if (f[n] < ds::inf) start = {f[n] + (K - 1) * pmax[n], pmax[n]};
+                const auto [value, cap] = p.best_uniform(K);
+                if (value < start.objective) start = {value, cap};
             }
             auto combine = [&](const std::vector<std::vector<double>>& f) { return f[0][n]; };
             const auto found = ds::sweep({&p}, {0.0}, K, p.lower[0], start, external, combine, stats);
