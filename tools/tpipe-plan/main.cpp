@@ -1,5 +1,6 @@
 // tpipe-plan: plan, simulate, validate and run pipeline programs from the command line.
 #include <exception>
+#include <iomanip>
 #include <iostream>
 
 #include "command.hpp"
@@ -9,7 +10,7 @@ int main(int argc, char** argv)
     using namespace tpipe::cli;
     auto usage = [](std::ostream& os) {
         os << "usage: tpipe-plan <command> [options]\n\ncommands:\n";
-        for (const auto& [name, cmd] : commands()) os << "  " << name << "  " << cmd.summary << "\n";
+        for (const auto& [name, cmd] : commands()) os << "  " << std::left << std::setw(10) << name << cmd.summary << "\n";
         os << "\n`tpipe-plan <command> --help` describes a command's options.\n";
     };
     if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

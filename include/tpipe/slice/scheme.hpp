@@ -72,9 +72,14 @@ public:
     //! Unit at dense index i.
     constexpr unit at(int i) const
     {
-        int mb = 0;
-        while (offsets_[mb + 1] <= i) ++mb;
-        return at(mb, i - offsets_[mb]);
+        // offsets_ is ascending: the microbatch is the last one whose first unit is <= i.
+        int lo = 0, hi = microbatches() - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (offsets_[mid] <= i) lo = mid;
+            else hi = mid - 1;
+        }
+        return at(lo, i - offsets_[lo]);
     }
 
     constexpr const std::vector<microbatch>& parts() const { return mbs_; }

@@ -1,0 +1,175 @@
+// tpipe-plan slice: the exact TeraPipe slicing for a latency model, with the uniform and
+// microbatch-only alternatives priced by the same objective.
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "command.hpp"
+#include "tpipe/core/json.hpp"
+#include "tpipe/plan/baselines.hpp"
+#include "tpipe/plan/latency_json.hpp"
+#include "tpipe/plan/presets.hpp"
+#include "tpipe/plan/slicing_dp.hpp"
+
+namespace {
+
+constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
+                        [--granularity G] [--shared-cut | --per-microbatch]
+                        [--device NAME] [--tensor-parallel N] [--json]
+
+Chooses token slices (and microbatch sizes) minimising one iteration's pipeline time
+  T = sum_u t_u + (K-1) * max_u t_u
+exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows.
+
+  --model            a latency model file ({"kind": "polynomial" | "table" | "analytic", ...})
+                     or a built-in transformer: gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b
+                     (analytic model of ceil(layers/K) layers per stage). Default: gpt3-175b.
+  --device           device of a built-in model: v100 (default), a100, h100, h200
+  --tensor-parallel  tensor-parallel degree of a built-in model (default 1)
+  --stages K         pipeline stages (>= 1)
+  --seq-len L        tokens per sequence
+  --batch B          rows per pipeline iteration (default 1)
+  --granularity G    slice lengths are multiples of G tokens; G must divide L (default 1)
+  --shared-cut       one token cut for every microbatch (default; what a grid runtime runs)
+  --per-microbatch   an independent token cut per microbatch
+  --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
+                     uniform_objective, microbatch_only_objective, speedup_over_microbatch_only
+)";
+
+std::string list(const std::vector<std::int64_t>& v)
+{
+    std::ostringstream os;
+    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? " " : "") << v[i];
+    return os.str();
+}
+
+//! A run-length summary such as "160 x 9, 152 x 4" for long slice lists.
+std::string runs(const std::vector<std::int64_t>& v)
+{
+    std::ostringstream os;
+    for (std::size_t i = 0; i < v.size();) {
+        std::size_t j = i;
+        while (j < v.size() && v[j] == v[i]) ++j;
+        os << (i ? ", " : "") << v[i];
+        if (j - i > 1) os << " x " << j - i;
+        i = j;
+    }
+    return os.str();
+}
+
+bool is_model_preset(const std::string& name)
+{
+    for (const auto& m : tpipe::presets::models)
+        if (m.name == name) return true;
+    return false;
+}
+
+int run_slice(tpipe::cli::args& a)
+{
+    if (a.flag("--help") || a.flag("-h")) {
+        std::cout << usage;
+        return 0;
+    }
+    const std::string model_arg = a.text("--model", "gpt3-175b");
+    const auto device_arg = a.value("--device");
+    const auto tp_arg = a.value("--tensor-parallel");
+    tpipe::slicing_problem problem;
+    problem.stages = a.required_number<int>("--stages");
+    problem.seq_len = a.required_number<std::int64_t>("--seq-len");
+    problem.batch = a.number<std::int64_t>("--batch", 1);
+    problem.granularity = a.number<std::int64_t>("--granularity", 1);
+    const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
+    const bool as_json = a.flag("--json");
+    a.finish();
+    if (shared && per) throw tpipe::invalid_argument("choose one of --shared-cut and --per-microbatch, not both");
+    problem.mode = per ? tpipe::cut_mode::per_microbatch : tpipe::cut_mode::shared;
+    if (problem.stages < 1)
+        throw tpipe::invalid_argument("--stages must be >= 1, got " + std::to_string(problem.stages));
+
+    tpipe::any_latency model;
+    std::string model_text;
+    if (is_model_preset(model_arg)) {
+        const auto& shape = tpipe::presets::model(model_arg);
+        const auto& dev = tpipe::presets::device(device_arg.value_or("v100"));
+        tpipe::analytic_latency::options opt;
+        if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg);
+        const auto analytic = tpipe::presets::analytic(shape, problem.stages, dev, opt);
+        model = analytic;
+        model_text = std::string(shape.name) + " (analytic: " + std::string(dev.name) + ", " +
+                     std::to_string(analytic.layers_per_stage()) + " layers/stage, tensor parallel " +
+                     std::to_string(opt.tensor_parallel) + ", link " + std::string(analytic.link().name) + ")";
+    } else {
+        if (device_arg || tp_arg)
+            throw tpipe::invalid_argument("--device and --tensor-parallel apply to a built-in model (gpt3-1b, gpt3-13b, "
+                                          "gpt3-44b, gpt3-175b); put them in the model file instead");
+        if (!std::filesystem::exists(model_arg))
+            throw tpipe::invalid_argument("--model \"" + model_arg +
+                                          "\" is neither a file nor a built-in model (gpt3-1b, gpt3-13b, gpt3-44b, "
+                                          "gpt3-175b)");
+        model = tpipe::load_latency(model_arg, tpipe::latency_context{problem.stages});
+        model_text = model_arg;
+    }
+
+    const auto plan = tpipe::plan_slices(model, problem);
+    const auto uniform = tpipe::best_uniform(model, problem, plan.microbatches);
+    const auto gpipe = tpipe::best_microbatch_only(model, problem);
+    const double speedup = plan.objective > 0 ? gpipe.objective / plan.objective : 1.0;
+
+    if (as_json) {
+        tpipe::json::array slices;
+        auto lengths = [](const std::vector<std::int64_t>& v) {
+            tpipe::json::array out;
+            for (auto l : v) out.emplace_back(l);
+            return out;
+        };
+        if (problem.mode == tpipe::cut_mode::shared) {
+            slices = lengths(plan.slices.front());
+        } else {
+            for (const auto& s : plan.slices) slices.emplace_back(lengths(s));
+        }
+        tpipe::json::object out{{"slices", std::move(slices)},
+                                {"microbatches", lengths(plan.microbatches)},
+                                {"objective", plan.objective},
+                                {"t_max", plan.t_max},
+                                {"solve_seconds", plan.stats.solve_seconds},
+                                {"uniform_objective", uniform.objective},
+                                {"microbatch_only_objective", gpipe.objective},
+                                {"speedup_over_microbatch_only", speedup}};
+        std::cout << tpipe::json::dump(out) << "\n";
+        return 0;
+    }
+    std::cout << std::setprecision(6);
+    std::cout << "model             " << model_text << "\n";
+    std::cout << "problem           K=" << problem.stages << " stages, L=" << problem.seq_len << " tokens, B="
+              << problem.batch << " rows, G=" << problem.granularity << ", "
+              << (problem.mode == tpipe::cut_mode::shared ? "shared cut" : "per-microbatch cuts") << "\n";
+    std::cout << "microbatches      " << plan.microbatches.size() << " of rows [" << list(plan.microbatches) << "]\n";
+    if (problem.mode == tpipe::cut_mode::shared) {
+        std::cout << "slices            " << plan.slices.front().size() << " (tokens, first token first): "
+                  << list(plan.slices.front()) << "\n";
+        std::cout << "                  = " << runs(plan.slices.front()) << "\n";
+    } else {
+        for (std::size_t m = 0; m < plan.slices.size(); ++m)
+            std::cout << "slices of mb " << std::setw(4) << std::left << m << " " << plan.slices[m].size() << ": "
+                      << list(plan.slices[m]) << "\n";
+    }
+    std::cout << "units             " << plan.units() << "\n";
+    std::cout << "objective         " << plan.objective << " s  (sum " << plan.sum << " s + " << problem.stages - 1
+              << " x t_max)\n";
+    std::cout << "t_max             " << plan.t_max << " s\n";
+    std::cout << "uniform slicing   " << uniform.objective << " s  (best uniform: " << uniform.slices.front().size()
+              << " slices, same microbatches)\n";
+    std::cout << "microbatch-only   " << gpipe.objective << " s  (" << gpipe.microbatches.size()
+              << " microbatches of rows [" << list(gpipe.microbatches) << "], no token slicing)\n";
+    std::cout << "speedup           " << std::setprecision(3) << speedup << "x over microbatch-only, "
+              << uniform.objective / plan.objective << "x over uniform\n";
+    std::cout << "solve time        " << std::setprecision(4) << plan.stats.solve_seconds << " s\n";
+    return 0;
+}
+
+tpipe::cli::registrar reg{"slice", "exact TeraPipe token/row slicing for a latency model (--help for options)",
+                          run_slice};
+
+} // namespace
