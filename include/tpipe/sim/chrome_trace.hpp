@@ -1,6 +1,8 @@
 #pragma once
 // Exports a timeline as Chrome/Perfetto trace JSON (open it at ui.perfetto.dev or
 // chrome://tracing): one track per rank for computes, one per rank for outgoing transfers.
+// Written straight to a stream: traces of large programs hold millions of events.
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,32 +14,34 @@ namespace tpipe {
 inline std::string chrome_trace(const std::vector<timed_action>& events, int ranks,
                                 const std::string& title = "tpipe")
 {
-    json::array out;
-    auto meta = [&](const char* what, int tid, const std::string& name) {
-        out.push_back(json::object{{"name", what}, {"ph", "M"}, {"pid", 0}, {"tid", tid},
-                                   {"args", json::object{{"name", name}}}});
+    std::ostringstream os;
+    auto number = [&](double v) { json::detail::write_number(os, v); };
+    auto track = [&](int tid, const std::string& name) {
+        os << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << tid << ",\"args\":{\"name\":";
+        json::detail::write_string(os, name);
+        os << "}}";
     };
-    out.push_back(json::object{{"name", "process_name"}, {"ph", "M"}, {"pid", 0},
-                               {"args", json::object{{"name", title}}}});
+    os << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,"
+          "\"args\":{\"name\":";
+    json::detail::write_string(os, title);
+    os << "}}";
     for (int r = 0; r < ranks; ++r) {
-        meta("thread_name", r, "rank " + std::to_string(r));
-        meta("thread_name", ranks + r, "rank " + std::to_string(r) + " sends");
+        track(r, "rank " + std::to_string(r));
+        track(ranks + r, "rank " + std::to_string(r) + " sends");
     }
     for (const auto& e : events) {
         if (e.what.kind == op::RECV_F || e.what.kind == op::RECV_B) continue;  // shown by the send
         const bool compute = is_compute(e.what.kind);
-        out.push_back(json::object{
-            {"name", to_string(e.what)},
-            {"cat", std::string(name(e.what.kind))},
-            {"ph", "X"},
-            {"pid", 0},
-            {"tid", compute ? e.rank : ranks + e.rank},
-            {"ts", e.start * 1e6},
-            {"dur", (e.end - e.start) * 1e6},
-            {"args", json::object{{"stage", e.what.stage}, {"microbatch", e.what.microbatch}, {"slice", e.what.slice}}},
-        });
+        os << ",\n{\"name\":\"" << to_string(e.what) << "\",\"cat\":\"" << name(e.what.kind)
+           << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << (compute ? e.rank : ranks + e.rank) << ",\"ts\":";
+        number(e.start * 1e6);
+        os << ",\"dur\":";
+        number((e.end - e.start) * 1e6);
+        os << ",\"args\":{\"stage\":" << e.what.stage << ",\"microbatch\":" << e.what.microbatch
+           << ",\"slice\":" << e.what.slice << "}}";
     }
-    return json::dump(json::object{{"traceEvents", out}, {"displayTimeUnit", "ms"}});
+    os << "\n]}\n";
+    return os.str();
 }
 
 } // namespace tpipe
