@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace gpt {
 
@@ -181,17 +182,30 @@ void col_sum(std::int64_t n, std::int64_t d, const T* x, T* out)
 constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
 constexpr double gelu_a = 0.044715;
 
+// tanh for the GELU: in float through one expf (glibc's tanhf goes through expm1f and is several
+// times slower; the absolute error here is ~1e-7, which is all the GELU needs); exact in double.
+template <class T>
+T tanh_for_gelu(T u)
+{
+    if constexpr (std::is_same_v<T, float>) {
+        const float e = std::exp(2.0f * std::clamp(u, -15.0f, 15.0f));
+        return (e - 1.0f) / (e + 1.0f);
+    } else {
+        return std::tanh(u);
+    }
+}
+
 template <class T>
 T gelu(T x)
 {
     const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
-    return T(0.5) * x * (T(1) + std::tanh(u));
+    return T(0.5) * x * (T(1) + tanh_for_gelu(u));
 }
 template <class T>
 T gelu_grad(T x)
 {
     const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
-    const T th = std::tanh(u);
+    const T th = tanh_for_gelu(u);
     const T du = T(gelu_k) * (T(1) + T(3 * gelu_a) * x * x);
     return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
 }
@@ -225,6 +239,24 @@ struct part<T>::impl {
     std::map<int, mb_state> mbs;
     std::map<std::pair<int, int>, unit_saved> units;
     std::vector<T> head_grad;  // tied head on the last part: private accumulator
+
+    //! Fresh per-microbatch state: zeroed K/V caches and K/V gradient accumulators.
+    typename std::map<int, mb_state>::iterator new_microbatch(int microbatch, std::int64_t row_begin,
+                                                              std::int64_t row_end, std::int64_t d, int layers)
+    {
+        auto& st = mbs[microbatch];
+        st = {};
+        st.rows = row_end - row_begin;
+        st.row_begin = row_begin;
+        const std::size_t cache = static_cast<std::size_t>(st.rows * data->seq_len * d);
+        for (int l = 0; l < layers; ++l) {
+            st.k.emplace_back(cache, T(0));
+            st.v.emplace_back(cache, T(0));
+            st.dk.emplace_back(cache, T(0));
+            st.dv.emplace_back(cache, T(0));
+        }
+        return mbs.find(microbatch);
+    }
 };
 
 template <class T>
@@ -261,6 +293,17 @@ void part<T>::begin(const batch* b, std::int64_t total_tokens)
 }
 
 template <class T>
+void part<T>::assume_context(int microbatch, std::int64_t row_begin, std::int64_t row_end, std::int64_t context)
+{
+    if (!impl_->data) refuse("assume_context() before begin()");
+    if (row_begin < 0 || row_end > impl_->data->rows || row_end <= row_begin || context < 0 ||
+        context >= impl_->data->seq_len)
+        refuse("assume_context: rows or context do not fit the batch");
+    auto it = impl_->new_microbatch(microbatch, row_begin, row_end, params_->cfg.d_model, l1_ - l0_);
+    it->second.forwarded = context;
+}
+
+template <class T>
 void part<T>::flush_grad()
 {
     if (impl_->head_grad.empty()) return;
@@ -287,17 +330,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     auto it = I.mbs.find(u.microbatch);
     if (t0 == 0) {
         if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
-        auto& st = I.mbs[u.microbatch];
-        st.rows = rows;
-        st.row_begin = u.row_begin;
-        const std::size_t cache = static_cast<std::size_t>(rows * Lb * d);
-        for (int l = l0_; l < l1_; ++l) {
-            st.k.emplace_back(cache);
-            st.v.emplace_back(cache);
-            st.dk.emplace_back(cache, T(0));
-            st.dv.emplace_back(cache, T(0));
-        }
-        it = I.mbs.find(u.microbatch);
+        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
     } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
                it->second.rows != rows) {
         refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +

@@ -131,6 +131,11 @@ public:
     //! backward_input then backward_weight.
     activation<T> backward(const tpipe::unit& u, activation<T> grad_out);
 
+    //! For profiling: makes microbatch `microbatch` (rows [row_begin,row_end)) look as if its
+    //! tokens [0, context) had gone forward already (the cached K/V hold arbitrary values), so a
+    //! unit with that context can be timed without running the prefix.
+    void assume_context(int microbatch, std::int64_t row_begin, std::int64_t row_end, std::int64_t context);
+
     //! Sum of the units' loss contributions so far in this iteration (the mean loss once all ran).
     double loss() const { return loss_; }
     //! Adds privately accumulated gradients (tied head) into params.grad. Call once per iteration.
