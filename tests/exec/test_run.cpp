@@ -1,8 +1,3 @@
-// GCC 12 false positive inside std::variant when tpipe::chrome_trace is inlined at -O3
-// (reported to the lead; remove once sim/chrome_trace.hpp silences it itself).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <catch2/catch.hpp>
 
 #include <string>

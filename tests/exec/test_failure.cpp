@@ -1,0 +1,150 @@
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "pipes.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+//! Runs `name` on P ranks with a fault injected into stage `fs` at (microbatch, slice, kind);
+//! checks that run throws one execution_error naming the right rank, stage, action and unit.
+template <std::size_t N>
+void check_fault(const tpipe::program& prog, tpipe::cpu_engine& eng, int fs, synth::fault f, tpipe::op expected)
+{
+    auto pipe = synth::make_pipe<true>(std::make_index_sequence<N>{}, fs, f);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::seconds(20);  // a hang would fail the test, not block the suite
+    try {
+        tpipe::run(pipe, prog, eng, io, opts);
+        FAIL("run did not throw");
+    } catch (const tpipe::execution_error& e) {
+        CAPTURE(e.what());
+        CHECK(e.stage() == fs);
+        CHECK(e.rank() == prog.stage_rank[fs]);
+        CHECK(e.failed_action().kind == expected);
+        CHECK(e.failed_action().microbatch == f.microbatch);
+        CHECK(e.failed_unit().microbatch == f.microbatch);
+        CHECK(e.failed_unit().slice == f.slice);
+        CHECK(contains(e.what(), "injected fault"));
+        CHECK(contains(e.what(), "rank " + std::to_string(e.rank())));
+        CHECK(contains(e.what(), "stage " + std::to_string(fs)));
+        CHECK_THROWS_WITH(std::rethrow_exception(e.cause()), Catch::Contains("injected fault"));
+    }
+}
+
+} // namespace
+
+TEST_CASE("an exception in any stage, at forward or backward, cancels the iteration everywhere", "[exec][failure]")
+{
+    struct kase {
+        const char* schedule;
+        int P;
+    };
+    for (kase k : {kase{"gpipe", 2}, kase{"1f1b", 3}, kase{"interleaved", 2}, kase{"zb-h1", 3}, kase{"zb-v", 2},
+                   kase{"terapipe-1f1b", 2}}) {
+        tpipe::cpu_engine eng(k.P);
+        const auto prog = tpipe::make_schedule(k.schedule).program(tpipe::topology{k.P}, tpipe::microbatches(2 * k.P, 2));
+        const bool split = std::string(k.schedule).rfind("zb", 0) == 0;
+        for (int fs = 0; fs < prog.stages(); ++fs)
+            for (char kind : {'F', 'B', 'W'}) {
+                if (kind == 'W' && !split) continue;
+                const synth::fault f{1, 1, kind};
+                const tpipe::op expected = kind == 'F' ? tpipe::op::F : kind == 'W' ? tpipe::op::W : split ? tpipe::op::I : tpipe::op::B;
+                CAPTURE(k.schedule, k.P, fs, kind);
+                synth::with_stage_count(prog.stages(), [&](auto n) { check_fault<decltype(n)::value>(prog, eng, fs, f, expected); });
+            }
+        // The engine is still good for a clean iteration afterwards.
+        synth::with_stage_count(prog.stages(), [&](auto n) {
+            auto pipe = synth::make_pipe<true>(std::make_index_sequence<decltype(n)::value>{});
+            tpipe::io_for<decltype(pipe)> io;
+            io.source = synth::source;
+            CHECK_NOTHROW(tpipe::run(pipe, prog, eng, io));
+        });
+    }
+}
+
+TEST_CASE("an exception from the user's source or loss callable is reported like a stage's", "[exec][failure]")
+{
+    tpipe::cpu_engine eng(2);
+    auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{2}, tpipe::microbatches(4));
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = [](const tpipe::unit& u) {
+        if (u.microbatch == 2) throw std::runtime_error("no data for microbatch 2");
+        return synth::source(u);
+    };
+    try {
+        tpipe::run(pipe, prog, eng, io);
+        FAIL("run did not throw");
+    } catch (const tpipe::execution_error& e) {
+        CHECK(e.rank() == 0);
+        CHECK(to_string(e.failed_action()) == "0F2");
+        CHECK(contains(e.what(), "no data for microbatch 2"));
+    }
+    io.source = synth::source;
+    io.loss = [](const tpipe::unit&, synth::vec&&) -> synth::vec { throw 42; };  // not a std::exception
+    auto fresh = synth::make_pipe<true>(std::make_index_sequence<2>{});
+    try {
+        tpipe::run(fresh, prog, eng, io);
+        FAIL("run did not throw");
+    } catch (const tpipe::execution_error& e) {
+        CHECK(e.rank() == 1);
+        CHECK(e.failed_action().kind == tpipe::op::F);
+        CHECK(e.failed_action().microbatch == 0);
+        CHECK(contains(e.what(), "not derived from std::exception"));
+    }
+}
+
+TEST_CASE("the watchdog turns a receive that never comes into an error naming every wait", "[exec][failure][watchdog]")
+{
+    // Rank 0 forgets to send its forward output; rank 1 waits for it, and rank 0 then waits
+    // for a gradient that rank 1 cannot produce.
+    tpipe::program p;
+    p.ranks = 2;
+    p.stage_rank = {0, 1};
+    p.units = tpipe::microbatches(1);
+    p.actions = {{tpipe::parse_action("0F0"), tpipe::parse_action("0RECV_B0"), tpipe::parse_action("0B0")},
+                 {tpipe::parse_action("1RECV_F0"), tpipe::parse_action("1F0"), tpipe::parse_action("1B0"),
+                  tpipe::parse_action("1SEND_B0")}};
+    tpipe::cpu_engine eng(2);
+    auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    CHECK_THROWS_AS(tpipe::run(pipe, p, eng, io), tpipe::invalid_program);  // validation sees it first
+    tpipe::run_options opts;
+    opts.validate = false;
+    opts.watchdog = std::chrono::milliseconds(200);
+    try {
+        tpipe::run(pipe, p, eng, io, opts);
+        FAIL("run did not throw");
+    } catch (const tpipe::watchdog_error& e) {
+        CAPTURE(e.what());
+        CHECK(contains(e.what(), "rank 0 (device 0) waits at action #1 '0RECV_B0' for '1SEND_B0' from rank 1 (not reached yet)"));
+        CHECK(contains(e.what(), "rank 1 (device 1) waits at action #0 '1RECV_F0' for '0SEND_F0' from rank 0 (which never sends it)"));
+    }
+    // Both ranks placed on one device: the same diagnosis, and nothing is left behind.
+    opts.device_of_rank = {0, 0};
+    auto fresh = synth::make_pipe<true>(std::make_index_sequence<2>{});
+    CHECK_THROWS_AS(tpipe::run(fresh, p, eng, io, opts), tpipe::watchdog_error);
+}
+
+TEST_CASE("cancellation wakes receivers blocked on other devices", "[exec][failure]")
+{
+    // Stage 0 fails at its first forward while every other rank already waits in a receive.
+    for (int P = 2; P <= 4; ++P) {
+        tpipe::cpu_engine eng(P);
+        const auto prog = tpipe::gpipe{}.program(tpipe::topology{P}, tpipe::microbatches(3));
+        synth::with_stage_count(P, [&](auto n) {
+            check_fault<decltype(n)::value>(prog, eng, 0, synth::fault{0, 0, 'F'}, tpipe::op::F);
+        });
+    }
+}
