@@ -53,6 +53,7 @@ struct options {
     std::string trace;
     bool json = false;
     bool check = false;
+    double check_tol = 1e-3;
     int threads = 0;  // 0: hardware threads
 };
 
@@ -76,7 +77,10 @@ const char* usage_text =
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
     "  --json            one JSON line per step (step, loss, tokens_per_s, ...) and a summary line\n"
-    "  --check           also train the non-pipelined model and compare losses and final weights\n"
+    "  --check           also train the non-pipelined model: step 1's loss and gradients must match within\n"
+    "                    1e-5, the loss curve and final weights within --check-tol (exit status 3 if not)\n"
+    "  --check-tol X     tolerance for the loss curve and final weights (default 1e-3; float rounding\n"
+    "                    differences between slicings grow slowly over training steps)\n"
     "  --help            this text\n";
 
 long long to_int(const std::string& flag, const std::string& v, long long lo)
@@ -152,6 +156,7 @@ options parse(int argc, char** argv)
         else if (f == "--trace") o.trace = value();
         else if (f == "--json") o.json = true;
         else if (f == "--check") o.check = true;
+        else if (f == "--check-tol") o.check_tol = to_double(f, value());
         else throw usage_error("unknown flag '" + f + "'");
     }
     try {
@@ -202,6 +207,18 @@ std::string describe(const tpipe::scheme& sch)
         for (std::size_t i = 1; i < m.cuts.size(); ++i) out << ' ' << m.cuts[i] - m.cuts[i - 1];
     }
     return out.str();
+}
+
+//! ||a - b|| / ||b||
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b)
+{
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const double d = double(a[i]) - double(b[i]);
+        num += d * d;
+        den += double(b[i]) * double(b[i]);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
 }
 
 std::string clock_text(double s)
@@ -304,7 +321,7 @@ int train(const options& o)
     }
 
     const double tokens_per_step = double(o.batch) * o.cfg.seq_len;
-    double worst_loss = 0, elapsed = 0, first_loss = 0, last_loss = 0;
+    double worst_loss = 0, elapsed = 0, first_loss = 0, last_loss = 0, first_grad_err = 0, first_loss_err = 0;
     std::vector<double> iter_times;
     tpipe::run_stats stats;
     for (int step = 1; step <= o.steps; ++step) {
@@ -322,6 +339,10 @@ int train(const options& o)
             ref_loss = gpt::full_step(*ref, b, hw);
             ref_opt->step(*ref);
             worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
+            if (step == 1) {  // same weights, same batch: the pure pipelined-equals-sequential check
+                first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
+                first_grad_err = relative_difference(params.grad, ref->grad);
+            }
         }
         const double tps = tokens_per_step * step / elapsed;
         if (o.json) {
@@ -369,22 +390,29 @@ int train(const options& o)
     }
     int status = 0;
     if (ref) {
-        const double werr = [&] {
-            double num = 0, den = 0;
-            for (std::size_t i = 0; i < params.value.size(); ++i) {
-                const double dlt = double(params.value[i]) - double(ref->value[i]);
-                num += dlt * dlt;
-                den += double(ref->value[i]) * double(ref->value[i]);
-            }
-            return std::sqrt(num / den);
-        }();
-        const bool ok = worst_loss <= 1e-5 && werr <= 1e-5;
+        const double werr = relative_difference(params.value, ref->value);
+        const bool ok = first_loss_err <= 1e-5 && first_grad_err <= 1e-5 && worst_loss <= o.check_tol &&
+                        werr <= o.check_tol;
+        summary["check_step1_loss_rel"] = first_loss_err;
+        summary["check_step1_grad_rel"] = first_grad_err;
         summary["check_loss_rel"] = worst_loss;
         summary["check_weights_rel"] = werr;
         summary["check_ok"] = ok;
+        {  // which tensor drifted most (diagnostics)
+            double worst_t = -1;
+            std::string name;
+            for (const auto& t : params.lay.tensors) {
+                const std::vector<float> a(params.value.begin() + t.offset, params.value.begin() + t.offset + t.size());
+                const std::vector<float> b(ref->value.begin() + t.offset, ref->value.begin() + t.offset + t.size());
+                const double e = relative_difference(a, b);
+                if (e > worst_t) worst_t = e, name = t.name;
+            }
+            summary["check_worst_tensor"] = name + " " + std::to_string(worst_t);
+        }
         if (!o.json)
-            std::cout << "check against the non-pipelined run: worst loss relative difference " << worst_loss
-                      << ", final weights relative difference " << werr << " (tolerance 1e-5): "
+            std::cout << "check against the non-pipelined run: step 1 loss " << first_loss_err << ", gradients "
+                      << first_grad_err << " (tolerance 1e-5); loss curve " << worst_loss << ", final weights "
+                      << werr << " (tolerance " << o.check_tol << ") relative difference: "
                       << (ok ? "MATCH" : "MISMATCH") << "\n";
         if (!ok) status = 3;
     }
