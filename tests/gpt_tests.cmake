@@ -1,5 +1,6 @@
 # Tests of the reference GPT (examples/gpt). Included from tests/CMakeLists.txt.
-# tpipe_gpt is defined later (examples/ is added after tests/); link by name.
+# tpipe_gpt and train_gpt are defined later (examples/ is added after tests/); they are linked
+# and run by name, which CMake resolves when it generates the build.
 if(TPIPE_BUILD_EXAMPLES)
   file(GLOB gpt_test_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpt/test_*.cpp)
   add_executable(tpipe_tests_gpt ${gpt_test_sources})
@@ -7,4 +8,15 @@ if(TPIPE_BUILD_EXAMPLES)
   target_compile_definitions(tpipe_tests_gpt PRIVATE TPIPE_GPT_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}/gpt")
   add_test(NAME gpt COMMAND tpipe_tests_gpt)
   set_tests_properties(gpt PROPERTIES TIMEOUT 600)
+
+  # train_gpt end to end: a TeraPipe-planned 2-stage run checked against the non-pipelined one,
+  # and the refusals (bad flag, missing data file) exit non-zero with a message.
+  add_test(NAME gpt_train_terapipe
+           COMMAND train_gpt --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 3 --stages 2
+                   --schedule terapipe-1f1b --slicer terapipe --granularity 8 --check --json)
+  set_tests_properties(gpt_train_terapipe PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
+  set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)
+  add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)
+  set_tests_properties(gpt_train_missing_data PROPERTIES WILL_FAIL TRUE)
 endif()

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Measures the reference GPT's training throughput on this machine's CPU threads:
+# sequential (one stage, all threads) vs 2-stage pipelines at batch 1 with a long sequence,
+# microbatch-only (one microbatch: nothing to overlap) vs token-level (uniform and
+# TeraPipe-planned), plus the planner check (planned T vs measured iteration time).
+#
+#   examples/gpt/measure.sh [path/to/train_gpt] [steps]
+#
+# Prints a Markdown table (docs/gpt.md holds a run). Each row is the median step of `steps`
+# steps after the first (warm-up); the tokens/s column is seq_len / median step time.
+set -euo pipefail
+BIN=${1:-build/examples/gpt/train_gpt}
+STEPS=${2:-8}
+MODEL=(--layers 4 --d-model 128 --heads 4 --seq-len 1024 --batch 1 --lr 1e-3 --seed 1)
+if [[ ! -x "$BIN" ]]; then echo "measure.sh: no train_gpt at '$BIN' (build the train_gpt target)" >&2; exit 1; fi
+
+run() {  # name, flags...
+  local name=$1; shift
+  "$BIN" "${MODEL[@]}" --steps "$STEPS" --json "$@" | /usr/bin/env python3 -c '
+import json, statistics, sys
+name = sys.argv[1]
+steps, plan, summ = [], None, None
+for line in sys.stdin:
+    d = json.loads(line)
+    if "plan" in d: plan = d
+    elif d.get("summary"): summ = d
+    elif "step" in d: steps.append(d)
+times = [s["step_s"] for s in steps[1:]] or [steps[0]["step_s"]]
+pipe = [s["pipeline_s"] for s in steps[1:]] or [steps[0]["pipeline_s"]]
+step = statistics.median(times)
+tok = 1024 / step
+T = plan["planned_T_s"] if plan else 0
+planned = "%.1f ms" % (T * 1e3) if plan else ""
+ratio = "%.2f" % (statistics.median(pipe) / T) if plan else ""
+print("| %s | %s | %.1f | %.0f | %.1f | %s | %s |" % (name, summ["units"], step * 1e3, tok, statistics.median(pipe) * 1e3, planned, ratio))
+' "$name"
+}
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+echo
+echo "| configuration | units | step ms | tokens/s | pipeline ms | planned T | measured/planned |"
+echo "|---|---|---|---|---|---|---|"
+run "sequential, 1 stage x 2 threads" --stages 1 --slicer microbatch:1
+run "sequential, 1 stage x 1 thread" --stages 1 --slicer microbatch:1 --threads 1
+run "2 stages, microbatch-only (1F1B)" --stages 2 --schedule 1f1b --slicer microbatch:1
+run "2 stages, tokens 8 x 128 (terapipe-1f1b)" --stages 2 --schedule terapipe-1f1b \
+    --slicer tokens:128,128,128,128,128,128,128,128
+run "2 stages, TeraPipe-planned (terapipe-1f1b)" --stages 2 --schedule terapipe-1f1b --slicer terapipe --granularity 64
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
