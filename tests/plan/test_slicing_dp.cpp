@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <random>
 
+#include "../../bench/terapipe_reference_dp.hpp"
 #include "brute_force.hpp"
 #include "tpipe/plan/analytic_latency.hpp"
 #include "tpipe/plan/polynomial_latency.hpp"
@@ -181,4 +182,18 @@ TEST_CASE("slicing DP on the GPT-3 175B analytic model prefers token slices", "[
     const auto plan = plan_slices(model, slicing_problem{48, 2048, 2, 8});
     CHECK(plan.units() > 2);
     CHECK(plan.objective < tpipe::pipeline_objective(model, tpipe::microbatch_slicer{2}.scheme({2, 2048}), 48));
+}
+
+TEST_CASE("slicing DP agrees with the official algorithm run without its epsilon-skip", "[plan][dp]")
+{
+    // Per-microbatch cuts are what the official batch DP plans; with epsilon = 0 it is exact.
+    std::mt19937_64 rng(31);
+    for (int trial = 0; trial < 60; ++trial) {
+        const auto model = random_polynomial(rng, false, trial % 3 == 0);
+        const int K = 1 + trial % 11;
+        const std::int64_t L = 16 + 8 * (trial % 6), B = 1 + trial % 4;
+        const auto ours = plan_slices(model, slicing_problem{K, L, B, 8, cut_mode::per_microbatch});
+        const auto official = tpipe::bench::reference_terapipe_dp(model, K, L, B, 8, 0.0);
+        CHECK(ours.objective == Approx(official.objective).epsilon(1e-12));
+    }
 }

@@ -373,6 +373,7 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
     std::vector<min_heap> pending(problems.size());
     std::vector<std::vector<unsigned char>> queued(problems.size(), std::vector<unsigned char>(n + 1, 0));
     std::vector<double> budget(problems.size()); // a label k is useful iff f[k] + lower[k] < budget
+    std::vector<double> before(problems.size());
 
     auto relax = [&](std::size_t q, int from, int to, double cost) {
         ++stats.relaxations;
@@ -394,7 +395,6 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
         ++stats.caps_evaluated;
         const double thr = threshold();
         for (std::size_t q = 0; q < problems.size(); ++q) budget[q] = thr - rest[q] - k1 * cap;
-        std::vector<double> before(problems.size());
         for (std::size_t q = 0; q < problems.size(); ++q) before[q] = f[q][n];
         for (; e < events.size() && events[e].h == cap; ++e) {
             const auto& ev = events[e];
