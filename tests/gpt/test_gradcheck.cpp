@@ -18,9 +18,8 @@ double loss_only(gpt::parameters<double>& p, const gpt::batch& b)
     return whole.loss();
 }
 
-void finite_difference_check(bool tied)
+void finite_difference_check(bool tied, gpt::config cfg, std::int64_t rows)
 {
-    const auto cfg = tiny_config(tied);
     gpt::parameters<double> p(cfg);
     p.init(7);
     // Larger weights than the default init so that every path carries a real signal.
@@ -28,7 +27,7 @@ void finite_difference_check(bool tied)
     for (const auto& t : p.lay.tensors)
         if (t.shape.size() == 1)
             for (std::int64_t i = 0; i < t.size(); ++i) p.value[t.offset + i] += 0.1 * std::sin(double(i + t.offset));
-    const auto b = random_batch(cfg, 2, cfg.seq_len, 3);
+    const auto b = random_batch(cfg, rows, cfg.seq_len, 3);
     gpt::full_step(p, b);
     const auto analytic = p.grad;
     const double h = 1e-4;
@@ -56,10 +55,22 @@ void finite_difference_check(bool tied)
 
 TEST_CASE("gradients equal central finite differences (double, tied head)", "[gpt][gradcheck]")
 {
-    finite_difference_check(true);
+    finite_difference_check(true, tiny_config(true), 2);
 }
 
 TEST_CASE("gradients equal central finite differences (double, untied head)", "[gpt][gradcheck]")
 {
-    finite_difference_check(false);
+    finite_difference_check(false, tiny_config(false), 2);
+}
+
+TEST_CASE("gradients equal central finite differences over several attention query blocks", "[gpt][gradcheck]")
+{
+    // 150 tokens: the attention runs in blocks of 64 queries, each reading only the keys it sees.
+    gpt::config cfg;
+    cfg.vocab = 5;
+    cfg.d_model = 4;
+    cfg.heads = 2;
+    cfg.layers = 1;
+    cfg.seq_len = 150;
+    finite_difference_check(true, cfg, 1);
 }

@@ -51,6 +51,14 @@ TEST_CASE("sliced equals unsliced in double (to rounding)", "[gpt][sliced]")
     }
 }
 
+TEST_CASE("sliced equals unsliced across attention query blocks (double)", "[gpt][sliced]")
+{
+    auto cfg = gpt_test::tiny_config();
+    cfg.seq_len = 200;
+    compare<double>(cfg, tpipe::token_slicer{{70, 1, 63, 66}}.scheme({2, 200}), {0, 1, 2}, 2, 1e-12, 2);
+    compare<double>(cfg, tpipe::grid_slicer{2, {130, 70}}.scheme({2, 200}), {0, 2}, 2, 1e-12);
+}
+
 TEST_CASE("sliced equals unsliced in float", "[gpt][sliced]")
 {
     gpt::config cfg;

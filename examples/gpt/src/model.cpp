@@ -210,6 +210,9 @@ T gelu_grad(T x)
     return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
 }
 
+//! Queries per attention block: a block of queries reads only the keys it can see.
+constexpr std::int64_t query_block = 64;
+
 [[noreturn]] void refuse(const std::string& what) { throw std::logic_error("gpt::part: " + what); }
 
 } // namespace
@@ -389,24 +392,31 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
         pool.run(static_cast<int>(rows * H), [&](int rh) {
             const std::int64_t r = rh / H, h = rh % H;
             T* P = sv.probs.data() + rh * s * t1;
-            gemm<T>(s, t1, dh, {sv.qkv.data() + r * s * 3 * d + h * dh, 3 * d, 1},
-                    {K.data() + r * Lb * d + h * dh, 1, d}, P, t1, false);
-            for (std::int64_t i = 0; i < s; ++i) {
-                T* row = P + i * t1;
-                const std::int64_t lim = t0 + i + 1;
-                T mx = -std::numeric_limits<T>::infinity();
-                for (std::int64_t j = 0; j < lim; ++j) mx = std::max(mx, row[j] * scale);
-                T sum = 0;
-                for (std::int64_t j = 0; j < lim; ++j) {
-                    row[j] = std::exp(row[j] * scale - mx);
-                    sum += row[j];
+            const T* Kr = K.data() + r * Lb * d + h * dh;
+            const T* Vr = Vc.data() + r * Lb * d + h * dh;
+            // Query blocks: block [i0, i1) needs keys [0, t0 + i1) only (causal).
+            for (std::int64_t i0 = 0; i0 < s; i0 += query_block) {
+                const std::int64_t i1 = std::min(s, i0 + query_block), kl = t0 + i1;
+                T* Pb = P + i0 * t1;
+                gemm<T>(i1 - i0, kl, dh, {sv.qkv.data() + (r * s + i0) * 3 * d + h * dh, 3 * d, 1}, {Kr, 1, d}, Pb,
+                        t1, false);
+                for (std::int64_t i = i0; i < i1; ++i) {
+                    T* row = P + i * t1;
+                    const std::int64_t lim = t0 + i + 1;
+                    T mx = -std::numeric_limits<T>::infinity();
+                    for (std::int64_t j = 0; j < lim; ++j) mx = std::max(mx, row[j] * scale);
+                    T sum = 0;
+                    for (std::int64_t j = 0; j < lim; ++j) {
+                        row[j] = std::exp(row[j] * scale - mx);
+                        sum += row[j];
+                    }
+                    const T inv = T(1) / sum;
+                    for (std::int64_t j = 0; j < lim; ++j) row[j] *= inv;
+                    for (std::int64_t j = lim; j < t1; ++j) row[j] = T(0);
                 }
-                const T inv = T(1) / sum;
-                for (std::int64_t j = 0; j < lim; ++j) row[j] *= inv;
-                for (std::int64_t j = lim; j < t1; ++j) row[j] = T(0);
+                gemm<T>(i1 - i0, dh, kl, {Pb, t1, 1}, {Vr, d, 1}, sv.attn.data() + (r * s + i0) * d + h * dh, d,
+                        false);
             }
-            gemm<T>(s, dh, t1, {P, t1, 1}, {Vc.data() + r * Lb * d + h * dh, d, 1}, sv.attn.data() + r * s * d + h * dh,
-                    d, false);
         });
         sv.x = std::move(x);
         sv.xmid.resize(static_cast<std::size_t>(n * d));
@@ -528,23 +538,31 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         pool.run(static_cast<int>(rows * H), [&](int rh) {
             const std::int64_t r = rh / H, h = rh % H;
             const T* P = sv.probs.data() + rh * s * t1;
-            const T* dO = dattn.data() + r * s * d + h * dh;
-            std::vector<T> dP(static_cast<std::size_t>(s * t1));
-            gemm<T>(s, t1, dh, {dO, d, 1}, {Vc.data() + r * Lb * d + h * dh, 1, d}, dP.data(), t1, false);
-            gemm<T>(t1, dh, s, {P, 1, t1}, {dO, d, 1}, dV.data() + r * Lb * d + h * dh, d, true);
-            for (std::int64_t i = 0; i < s; ++i) {
-                const std::int64_t lim = t0 + i + 1;
-                T* dpi = dP.data() + i * t1;
-                const T* pi = P + i * t1;
-                T dot = 0;
-                for (std::int64_t j = 0; j < lim; ++j) dot += dpi[j] * pi[j];
-                for (std::int64_t j = 0; j < lim; ++j) dpi[j] = pi[j] * (dpi[j] - dot) * scale;
-                for (std::int64_t j = lim; j < t1; ++j) dpi[j] = T(0);
+            const T* Kr = K.data() + r * Lb * d + h * dh;
+            const T* Vr = Vc.data() + r * Lb * d + h * dh;
+            T* dKr = dK.data() + r * Lb * d + h * dh;
+            T* dVr = dV.data() + r * Lb * d + h * dh;
+            std::vector<T> dP(static_cast<std::size_t>(std::min(s, query_block) * t1));
+            for (std::int64_t i0 = 0; i0 < s; i0 += query_block) {
+                const std::int64_t i1 = std::min(s, i0 + query_block), kl = t0 + i1, ib = i1 - i0;
+                const T* Pb = P + i0 * t1;
+                const T* dO = dattn.data() + (r * s + i0) * d + h * dh;
+                const T* Q = sv.qkv.data() + (r * s + i0) * 3 * d + h * dh;
+                gemm<T>(ib, kl, dh, {dO, d, 1}, {Vr, 1, d}, dP.data(), kl, false);           // dP = dO V^T
+                gemm<T>(kl, dh, ib, {Pb, 1, t1}, {dO, d, 1}, dVr, d, true);                  // dV += P^T dO
+                for (std::int64_t i = 0; i < ib; ++i) {
+                    const std::int64_t lim = t0 + i0 + i + 1;
+                    T* dpi = dP.data() + i * kl;
+                    const T* pi = Pb + i * t1;
+                    T dot = 0;
+                    for (std::int64_t j = 0; j < lim; ++j) dot += dpi[j] * pi[j];
+                    for (std::int64_t j = 0; j < lim; ++j) dpi[j] = pi[j] * (dpi[j] - dot) * scale;
+                    for (std::int64_t j = lim; j < kl; ++j) dpi[j] = T(0);
+                }
+                gemm<T>(ib, dh, kl, {dP.data(), kl, 1}, {Kr, d, 1}, sv.dqkv.data() + (r * s + i0) * 3 * d + h * dh,
+                        3 * d, false);                                                        // dQ = dS K
+                gemm<T>(kl, dh, ib, {dP.data(), 1, kl}, {Q, 3 * d, 1}, dKr, d, true);        // dK += dS^T Q
             }
-            gemm<T>(s, dh, t1, {dP.data(), t1, 1}, {K.data() + r * Lb * d + h * dh, d, 1},
-                    sv.dqkv.data() + r * s * 3 * d + h * dh, 3 * d, false);
-            gemm<T>(t1, dh, s, {dP.data(), 1, t1}, {sv.qkv.data() + r * s * 3 * d + h * dh, 3 * d, 1},
-                    dK.data() + r * Lb * d + h * dh, d, true);
         });
         // The slice's own K/V gradient is now complete: later slices (already done) plus itself.
         for (std::int64_t r = 0; r < rows; ++r)
