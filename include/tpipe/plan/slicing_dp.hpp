@@ -227,6 +227,26 @@ struct path_problem {
         return {best, best_cap};
     }
 
+    //! Least cost from every position to n with every slice's h <= cap (a suffix DP).
+    void suffix_capped(double cap, std::vector<double>& r) const
+    {
+        const int n = tri->n;
+        r.assign(n + 1, inf);
+        r[n] = 0;
+        for (int i = n - 1; i >= 0; --i) {
+            const double *wr = w + tri->offset[i], *hr = h + tri->offset[i];
+            double best = inf;
+            for (int s = 1; s <= n - i; ++s) {
+                if (hr[s - 1] > cap) {
+                    if (monotone[i]) break;
+                    continue;
+                }
+                best = std::min(best, wr[s - 1] + r[i + s]);
+            }
+            r[i] = best;
+        }
+    }
+
     //! Least cost to every position with every slice's h <= cap; `path_max` (if given) gets the
     //! largest h on the chosen path to each position.
     void capped(double cap, std::vector<double>& f, std::vector<double>* path_max = nullptr) const
@@ -337,6 +357,30 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
         const double b = std::min(best.objective, external);
         return b == inf ? inf : b + slack * std::fabs(b);
     };
+
+    // Every cap still worth trying lies at or below cap_hi (beyond it even the uncapped least
+    // sum loses), and suffix costs only fall as the cap grows, so the least suffix cost under
+    // cap_hi bounds every completion the sweep can still use: far tighter than the uncapped
+    // bound, and valid because the best objective (hence cap_hi) only decreases.
+    std::vector<std::vector<double>> bound(problems.size());
+    {
+        const double thr0 = threshold();
+        double cap_hi = inf;
+        if (thr0 < inf) {
+            cap_hi = thr0 / stages;
+            if (k1 > 0) cap_hi = std::min(cap_hi, (thr0 - lower_sum) / k1);
+            cap_hi *= 1 + 1e-9; // rounding must never exclude a useful cap
+        }
+        std::vector<std::vector<double>> ends(problems.size(), std::vector<double>(n + 1, inf));
+        for (std::size_t q = 0; q < problems.size(); ++q) {
+            if (cap_hi < inf)
+                problems[q]->suffix_capped(cap_hi, bound[q]);
+            else
+                bound[q] = problems[q]->lower;
+            ends[q][n] = bound[q][0];
+        }
+        lower_sum = std::max(lower_sum, combine(ends));
+    }
     auto hopeless = [&](double cap) {
         return std::max(stages * cap, lower_sum + k1 * cap) > threshold();
     };
@@ -372,13 +416,13 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
     using min_heap = std::priority_queue<int, std::vector<int>, std::greater<int>>;
     std::vector<min_heap> pending(problems.size());
     std::vector<std::vector<unsigned char>> queued(problems.size(), std::vector<unsigned char>(n + 1, 0));
-    std::vector<double> budget(problems.size()); // a label k is useful iff f[k] + lower[k] < budget
+    std::vector<double> budget(problems.size()); // a label k is useful iff f[k] + bound[k] < budget
     std::vector<double> before(problems.size());
 
     auto relax = [&](std::size_t q, int from, int to, double cost) {
         ++stats.relaxations;
         const double v = f[q][from] + cost;
-        if (v < f[q][to] && v + problems[q]->lower[to] < budget[q]) {
+        if (v < f[q][to] && v + bound[q][to] < budget[q]) {
             f[q][to] = v;
             if (!queued[q][to] && to < n) {
                 queued[q][to] = 1;
@@ -411,7 +455,7 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
                 const int k = heap.top();
                 heap.pop();
                 queued[q][k] = 0;
-                if (!(f[q][k] + p.lower[k] < budget[q])) continue;
+                if (!(f[q][k] + bound[q][k] < budget[q])) continue;
                 const double *wr = p.w + p.tri->offset[k], *hr = p.h + p.tri->offset[k];
                 for (int s = 1; s <= n - k; ++s) {
                     if (hr[s - 1] > cap) {
