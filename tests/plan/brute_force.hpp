@@ -174,4 +174,44 @@ brute_result brute_per_microbatch(const M& model, int stages, std::int64_t seq_l
     return best;
 }
 
+//! Shared cut, exact by plain cap enumeration (no pruning, no incremental labels): for every
+//! partition of B and every distinct unit-time cap, a full O(n^2) least-sum DP. For inputs too
+//! large to enumerate compositions.
+template <latency_model M>
+double cap_enumeration_shared(const M& model, int stages, std::int64_t seq_len, std::int64_t batch, std::int64_t g)
+{
+    const int n = static_cast<int>(seq_len / g);
+    const double inf = std::numeric_limits<double>::infinity();
+    double best = inf;
+    for (const auto& sizes : row_partitions(batch)) {
+        // cost (sum over microbatches) and cap value (max) of slice [i, i+s)
+        std::vector<std::vector<double>> w(n), h(n);
+        std::vector<double> caps;
+        for (int i = 0; i < n; ++i)
+            for (int s = 1; s <= n - i; ++s) {
+                double sum = 0, mx = 0;
+                for (auto b : sizes) {
+                    const double t = model.seconds(b, s * g, i * g);
+                    sum += t;
+                    mx = std::max(mx, t);
+                }
+                w[i].push_back(sum);
+                h[i].push_back(mx);
+                caps.push_back(mx);
+            }
+        std::sort(caps.begin(), caps.end());
+        caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+        for (double cap : caps) {
+            if (cap == inf) break;
+            std::vector<double> f(n + 1, inf);
+            f[0] = 0;
+            for (int i = 0; i < n; ++i)
+                for (int s = 1; s <= n - i; ++s)
+                    if (h[i][s - 1] <= cap) f[i + s] = std::min(f[i + s], f[i] + w[i][s - 1]);
+            best = std::min(best, f[n] + (stages - 1) * cap);
+        }
+    }
+    return best;
+}
+
 } // namespace tpipe::test

@@ -44,7 +44,11 @@ tpipe::polynomial_latency random_polynomial(std::mt19937_64& rng, bool integer, 
     std::array<double, 8> k{};
     for (auto& v : k) v = integer ? std::floor(u(rng) * 6) : u(rng) * 1e-3;
     k[0] += integer ? 20 : 5e-3; // a per-unit overhead: slicing is not free
-    if (allow_negative_s) k[2] = -(integer ? 1.0 : 2e-4) * std::floor(u(rng) * 2 + 1); // t may fall with s
+    if (allow_negative_s) {
+        // t may fall with s (not monotone), yet stays >= 0 for every s <= 128 tokens
+        k[2] = -(integer ? 1.0 : 2e-4) * std::floor(u(rng) * 2 + 1);
+        k[0] -= 128 * k[2];
+    }
     return tpipe::polynomial_latency(k);
 }
 
@@ -91,7 +95,7 @@ TEST_CASE("slicing DP equals exhaustive search on random models", "[plan][dp]")
 {
     std::mt19937_64 rng(20260130);
     std::uniform_int_distribution<int> pick_k(1, 12);
-    for (int trial = 0; trial < 700; ++trial) {
+    for (int trial = 0; trial < 2000; ++trial) {
         const int n = 1 + trial % 14;                         // token units 1..14
         const std::int64_t B = 1 + (trial / 14) % 4;          // rows 1..4
         const std::int64_t G = (trial % 3 == 0) ? 8 : 1;
@@ -195,5 +199,32 @@ TEST_CASE("slicing DP agrees with the official algorithm run without its epsilon
         const auto ours = plan_slices(model, slicing_problem{K, L, B, 8, cut_mode::per_microbatch});
         const auto official = tpipe::bench::reference_terapipe_dp(model, K, L, B, 8, 0.0);
         CHECK(ours.objective == Approx(official.objective).epsilon(1e-12));
+    }
+}
+
+TEST_CASE("slicing DP equals plain cap enumeration on larger random inputs", "[plan][dp]")
+{
+    // Beyond exhaustive reach: n up to 40 units, where the incremental labels and pruning have
+    // room to go wrong.
+    std::mt19937_64 rng(4242);
+    for (int trial = 0; trial < 60; ++trial) {
+        const int n = 16 + trial % 25;
+        const std::int64_t B = 1 + trial % 3;
+        const int K = 1 + static_cast<int>(rng() % 40);
+        const slicing_problem pr{K, n, B, 1, cut_mode::shared};
+        INFO("trial " << trial << " n=" << n << " B=" << B << " K=" << K);
+        if (trial % 2) {
+            const auto model = random_polynomial(rng, false, trial % 4 == 1);
+            CHECK(plan_slices(model, pr).objective ==
+                  Approx(tpipe::test::cap_enumeration_shared(model, K, n, B, 1)).epsilon(1e-12));
+        } else {
+            const noise_latency model{rng(), false};
+            CHECK(plan_slices(model, pr).objective ==
+                  Approx(tpipe::test::cap_enumeration_shared(model, K, n, B, 1)).epsilon(1e-12));
+        }
+        // per-microbatch cuts against the official algorithm without its epsilon-skip
+        const auto model = random_polynomial(rng, false, trial % 3 == 0);
+        CHECK(plan_slices(model, slicing_problem{K, n, B, 1, cut_mode::per_microbatch}).objective ==
+              Approx(tpipe::bench::reference_terapipe_dp(model, K, n, B, 1, 0.0).objective).epsilon(1e-12));
     }
 }
