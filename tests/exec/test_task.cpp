@@ -70,9 +70,17 @@ TEST_CASE("a task rethrows the exception that escaped it", "[exec][task]")
     CHECK(tpipe::sync_wait(outer()) == 5);
 }
 
+// Sanitizers instrument function entry and exit, which turns the tail call of symmetric transfer
+// into a real call; the property is then only checked at a depth their shadow stacks accept.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int deep = 10'000;
+#else
+constexpr int deep = 1'000'000;
+#endif
+
 TEST_CASE("symmetric transfer: a million synchronous awaits do not grow the stack", "[exec][task]")
 {
-    const int n = 1'000'000;
+    const int n = deep;
     CHECK(tpipe::sync_wait(many_sync_awaits(n)) == static_cast<long>(n) * (n - 1) / 2);
 }
 
