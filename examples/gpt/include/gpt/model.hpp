@@ -120,7 +120,8 @@ public:
     void begin(const batch* b, std::int64_t total_tokens = 0);
 
     //! Forward of one unit. The first part ignores `in` and embeds the unit's tokens; the last part
-    //! returns a [rows, tokens, 1] activation holding nothing useful (the loss is accumulated).
+    //! adds the unit's loss contribution to loss() and returns an activation with no data.
+    //! Throws std::logic_error for a unit out of causal order or outside the batch.
     activation<T> forward(const tpipe::unit& u, activation<T> in);
     //! Gradient with respect to the unit's input (and the K/V of earlier tokens, accumulated).
     //! The last part ignores `grad_out` (its seed is d loss / d logits). The first part returns an
