@@ -163,9 +163,9 @@ int run_slice(tpipe::cli::args& a)
               << " slices, same microbatches)\n";
     std::cout << "microbatch-only   " << gpipe.objective << " s  (" << gpipe.microbatches.size()
               << " microbatches of rows [" << list(gpipe.microbatches) << "], no token slicing)\n";
-    std::cout << "speedup           " << std::setprecision(3) << speedup << "x over microbatch-only, "
+    std::cout << "speedup           " << std::fixed << std::setprecision(3) << speedup << "x over microbatch-only, "
               << uniform.objective / plan.objective << "x over uniform\n";
-    std::cout << "solve time        " << std::setprecision(4) << plan.stats.solve_seconds << " s\n";
+    std::cout << "solve time        " << std::setprecision(3) << plan.stats.solve_seconds << " s\n";
     return 0;
 }
 
