@@ -32,7 +32,7 @@ inline std::vector<std::vector<int>> compositions(int n)
 }
 
 //! Every partition of `total` rows as a non-increasing list.
-inline std::vector<std::vector<std::int64_t>> row_partitions(std::int64_t total)
+inline std::vector<std::vector<std::int64_t>> row_partitions(std::int64_t total, std::int64_t largest = 0)
 {
     std::vector<std::vector<std::int64_t>> out;
     std::vector<std::int64_t> cur;
@@ -47,7 +47,7 @@ inline std::vector<std::vector<std::int64_t>> row_partitions(std::int64_t total)
             cur.pop_back();
         }
     };
-    go(total, total);
+    go(total, largest == 0 ? total : largest);
     return out;
 }
 
@@ -70,12 +70,13 @@ inline bool key_less(const brute_result& a, const brute_result& b)
 
 //! Shared cut: every partition of B times every composition of n; full tie-break order.
 template <latency_model M>
-brute_result brute_shared(const M& model, int stages, std::int64_t seq_len, std::int64_t batch, std::int64_t g)
+brute_result brute_shared(const M& model, int stages, std::int64_t seq_len, std::int64_t batch, std::int64_t g,
+                          std::int64_t max_microbatch = 0)
 {
     const int n = static_cast<int>(seq_len / g);
     brute_result best;
     bool have = false;
-    for (const auto& sizes : row_partitions(batch))
+    for (const auto& sizes : row_partitions(batch, max_microbatch))
         for (const auto& comp : compositions(n)) {
             brute_result r;
             r.microbatches = sizes;

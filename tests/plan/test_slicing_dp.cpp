@@ -8,6 +8,7 @@
 #include "../../bench/terapipe_reference_dp.hpp"
 #include "brute_force.hpp"
 #include "tpipe/plan/analytic_latency.hpp"
+#include "tpipe/plan/baselines.hpp"
 #include "tpipe/plan/polynomial_latency.hpp"
 #include "tpipe/plan/presets.hpp"
 #include "tpipe/plan/slicing_dp.hpp"
@@ -227,4 +228,31 @@ TEST_CASE("slicing DP equals plain cap enumeration on larger random inputs", "[p
         CHECK(plan_slices(model, slicing_problem{K, n, B, 1, cut_mode::per_microbatch}).objective ==
               Approx(tpipe::bench::reference_terapipe_dp(model, K, n, B, 1, 0.0).objective).epsilon(1e-12));
     }
+}
+
+TEST_CASE("slicing DP honours a cap on rows per microbatch", "[plan][dp]")
+{
+    std::mt19937_64 rng(5);
+    for (int trial = 0; trial < 40; ++trial) {
+        const bool integer = trial % 2 == 0;
+        const auto model = random_polynomial(rng, integer, false);
+        const std::int64_t B = 2 + trial % 3, R = 1 + trial % 2, L = 3 + trial % 8;
+        const int K = 1 + trial % 6;
+        slicing_problem pr{K, L, B, 1, cut_mode::shared, R};
+        const auto plan = plan_slices(model, pr);
+        for (auto b : plan.microbatches) CHECK(b <= R);
+        const auto ref = tpipe::test::brute_shared(model, K, L, B, 1, R);
+        CHECK(plan.objective == Approx(ref.objective).epsilon(1e-12));
+        if (integer) CHECK(plan.microbatches == ref.microbatches);
+        pr.mode = cut_mode::per_microbatch;
+        for (auto b : plan_slices(model, pr).microbatches) CHECK(b <= R);
+        for (auto b : tpipe::best_microbatch_only(model, pr).microbatches) CHECK(b <= R);
+    }
+    // a table profiled up to b = 2 plans a batch of 4 once microbatches are capped at 2 rows
+    auto only_small = tpipe::function_latency{[](std::int64_t b, std::int64_t s, std::int64_t c) {
+        if (b > 2) throw tpipe::invalid_argument("not profiled");
+        return 1.0 + static_cast<double>(b * s) + 0.01 * static_cast<double>(b * s * c);
+    }};
+    CHECK_THROWS_AS(plan_slices(only_small, slicing_problem{4, 16, 4, 1}), tpipe::invalid_argument);
+    CHECK_NOTHROW(plan_slices(only_small, slicing_problem{4, 16, 4, 1, cut_mode::shared, 2}));
 }

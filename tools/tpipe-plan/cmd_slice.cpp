@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
                         [--granularity G] [--shared-cut | --per-microbatch]
-                        [--device NAME] [--tensor-parallel N] [--json]
+                        [--max-microbatch R] [--device NAME] [--tensor-parallel N] [--json]
 
 Chooses token slices (and microbatch sizes) minimising one iteration's pipeline time
   T = sum_u t_u + (K-1) * max_u t_u
@@ -34,6 +34,8 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
   --granularity G    slice lengths are multiples of G tokens; G must divide L (default 1)
   --shared-cut       one token cut for every microbatch (default; what a grid runtime runs)
   --per-microbatch   an independent token cut per microbatch
+  --max-microbatch R at most R rows per microbatch (default: the whole batch), e.g. the
+                     largest b a profiled table covers
   --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
                      uniform_objective, microbatch_only_objective, speedup_over_microbatch_only
 )";
@@ -80,6 +82,9 @@ int run_slice(tpipe::cli::args& a)
     problem.seq_len = a.required_number<std::int64_t>("--seq-len");
     problem.batch = a.number<std::int64_t>("--batch", 1);
     problem.granularity = a.number<std::int64_t>("--granularity", 1);
+    problem.max_microbatch = a.number<std::int64_t>("--max-microbatch", 0);
+    if (a.value("--max-microbatch") && problem.max_microbatch < 1)
+        throw tpipe::invalid_argument("--max-microbatch must be >= 1 row, got " + std::to_string(problem.max_microbatch));
     const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
     const bool as_json = a.flag("--json");
     a.finish();

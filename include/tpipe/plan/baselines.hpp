@@ -17,16 +17,18 @@
 
 namespace tpipe {
 
-//! The best microbatch-only plan: whole sequences, any partition of the batch (largest first).
+//! The best microbatch-only plan: whole sequences, any partition of the batch into microbatches
+//! of at most problem.max_microbatch rows (largest first).
 template <latency_model M>
 slicing_plan best_microbatch_only(const M& model, const slicing_problem& problem)
 {
     detail::slicing::validate(problem);
     const std::int64_t B = problem.batch, L = problem.seq_len;
+    const std::int64_t R = problem.max_microbatch == 0 ? B : std::min(B, problem.max_microbatch);
     const int K = problem.stages;
     constexpr double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> t(static_cast<std::size_t>(B) + 1);
-    for (std::int64_t b = 1; b <= B; ++b) t[b] = detail::checked_time(model.seconds(b, L, 0), b, L, 0);
+    std::vector<double> t(static_cast<std::size_t>(B) + 1, inf); // sizes above R stay +inf
+    for (std::int64_t b = 1; b <= R; ++b) t[b] = detail::checked_time(model.seconds(b, L, 0), b, L, 0);
     std::vector<double> caps(t.begin() + 1, t.end());
     std::sort(caps.begin(), caps.end());
     double best = inf, best_cap = inf;

@@ -59,6 +59,7 @@ struct slicing_problem {
     std::int64_t batch = 1;
     std::int64_t granularity = 1;
     cut_mode mode = cut_mode::shared;
+    std::int64_t max_microbatch = 0; //!< most rows in one microbatch; 0: the whole batch
 };
 
 //! Work counters of one solve (for benchmarks and docs).
@@ -509,6 +510,8 @@ inline void validate(const slicing_problem& pr)
             "slicing: " + std::to_string(pr.seq_len / pr.granularity) +
                 " token units is too many for the exact planner (at most 65536); use a coarser granularity");
     require(pr.batch >= 1, "slicing: batch B must be >= 1 row, got " + std::to_string(pr.batch));
+    require(pr.max_microbatch >= 0, "slicing: max_microbatch must be >= 1 row (or 0 for the whole batch), got " +
+                                        std::to_string(pr.max_microbatch));
 }
 
 } // namespace detail::slicing
@@ -523,11 +526,13 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
     const auto clock_start = std::chrono::steady_clock::now();
     const int n = static_cast<int>(problem.seq_len / problem.granularity);
     const std::int64_t G = problem.granularity, B = problem.batch;
+    // Microbatch sizes considered: 1..R (a table profiled up to R rows cannot price more).
+    const std::int64_t R = problem.max_microbatch == 0 ? B : std::min(B, problem.max_microbatch);
     const int K = problem.stages;
     const ds::triangle tri(n);
 
     // Unit times per microbatch size, computed once.
-    std::vector<std::vector<double>> times(static_cast<std::size_t>(B) + 1);
+    std::vector<std::vector<double>> times(static_cast<std::size_t>(R) + 1);
     auto times_for = [&](std::int64_t b) -> const std::vector<double>& {
         auto& t = times[static_cast<std::size_t>(b)];
         if (t.empty()) t = ds::unit_times(model, tri, b, G);
@@ -556,8 +561,8 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
 
     if (problem.mode == cut_mode::per_microbatch || B == 1) {
         std::vector<ds::path_problem> probs;
-        probs.reserve(static_cast<std::size_t>(B));
-        for (std::int64_t b = 1; b <= B; ++b) {
+        probs.reserve(static_cast<std::size_t>(R));
+        for (std::int64_t b = 1; b <= R; ++b) {
             const auto& t = times_for(b);
             probs.emplace_back(tri, t.data(), t.data());
         }
@@ -568,15 +573,15 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
         std::vector<double> least_sum(static_cast<std::size_t>(B) + 1, ds::inf);
         least_sum[0] = 0;
         for (std::int64_t a = 1; a <= B; ++a)
-            for (std::int64_t b = 1; b <= a; ++b)
+            for (std::int64_t b = 1; b <= std::min(a, R); ++b)
                 least_sum[a] = std::min(least_sum[a], least_sum[a - b] + probs[b - 1].lower[0]);
         std::vector<double> rest;
-        for (std::int64_t b = 1; b <= B; ++b) rest.push_back(least_sum[B - b]);
+        for (std::int64_t b = 1; b <= R; ++b) rest.push_back(least_sum[B - b]);
         auto combine = [&](const std::vector<std::vector<double>>& f) {
             std::vector<double> g(static_cast<std::size_t>(B) + 1, ds::inf);
             g[0] = 0;
             for (std::int64_t a = 1; a <= B; ++a)
-                for (std::int64_t b = 1; b <= a; ++b) g[a] = std::min(g[a], g[a - b] + f[b - 1][n]);
+                for (std::int64_t b = 1; b <= std::min(a, R); ++b) g[a] = std::min(g[a], g[a - b] + f[b - 1][n]);
             return g[B];
         };
         // A feasible start: all rows in one microbatch with its uncapped least-sum cut.
@@ -584,7 +589,7 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
         {
             std::vector<double> f, pmax;
             probs.back().capped(ds::inf, f, &pmax);
-            if (f[n] < ds::inf) start = {f[n] + (K - 1) * pmax[n], pmax[n]};
+            if (R == B && f[n] < ds::inf) start = {f[n] + (K - 1) * pmax[n], pmax[n]};
             // B equal microbatches of one row, each cut uniformly (feasible whenever b = 1 is).
             const auto [value, cap] = probs.front().best_uniform(K);
             const double all_rows = B * (value - (K - 1) * cap) + (K - 1) * cap;
@@ -596,7 +601,7 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
         // Canonical pass at the optimal cap: per size, then sizes by a DP over partitions that
         // lists the largest part first and prefers the smallest first part on ties.
         std::vector<ds::canonical_cut> cut(static_cast<std::size_t>(B) + 1);
-        for (std::int64_t b = 1; b <= B; ++b) cut[b] = ds::canonical(probs[b - 1], found.cap);
+        for (std::int64_t b = 1; b <= R; ++b) cut[b] = ds::canonical(probs[b - 1], found.cap);
         struct key {
             double cost = ds::inf;
             std::int64_t units = 0;
@@ -627,14 +632,14 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
     } else {
         // Shared cut: one path problem per partition of B; the unit cost of a slice is the sum
         // over microbatches, its cap value the max. Partitions share the best bound found.
-        for (std::int64_t b = 1; b <= B; ++b) times_for(b);
+        for (std::int64_t b = 1; b <= R; ++b) times_for(b);
         std::vector<std::unique_ptr<ds::path_problem>> singles;
-        for (std::int64_t b = 1; b <= B; ++b)
+        for (std::int64_t b = 1; b <= R; ++b)
             singles.push_back(std::make_unique<ds::path_problem>(tri, times[b].data(), times[b].data()));
         bool have = false;
         std::vector<std::int64_t> prefix;
         std::vector<double> wsum(tri.size()), hmax(tri.size());
-        ds::partitions(B, B, prefix, [&](const std::vector<std::int64_t>& sizes) {
+        ds::partitions(B, R, prefix, [&](const std::vector<std::int64_t>& sizes) {
             // Cheap bound before building the partition's grid: sums and caps of its parts.
             double lower = 0, cap_floor = 0;
             for (auto d : sizes) {
