@@ -434,14 +434,31 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
         return false;
     };
 
-    for (std::size_t e = 0; e < events.size();) {
-        const double cap = events[e].h;
-        if (hopeless(cap)) break;
-        ++stats.caps_evaluated;
+    // Distinct caps, as [first event, end) ranges.
+    std::vector<std::size_t> group{0};
+    for (std::size_t e = 1; e <= events.size(); ++e)
+        if (e == events.size() || events[e].h != events[e - 1].h) group.push_back(e);
+    const std::size_t groups = group.size() - 1;
+
+    // Caps are taken in chunks: insert every edge of caps a..b, propagate once under cap b.
+    // The chunk's objective is at least S_b + (K-1) * cap_a (S falls as the cap grows), so
+    // when that already loses, no cap inside can win and the chunk is kept as one step;
+    // otherwise the labels are restored and the chunk halved, down to single caps, which
+    // are evaluated exactly. Chunks double after every success, so long runs of hopeless
+    // caps cost one propagation wave instead of one per cap.
+    std::vector<std::vector<double>> saved(problems.size());
+    std::size_t chunk = 1;
+    for (std::size_t gi = 0; gi < groups;) {
+        const double cap_a = events[group[gi]].h;
+        if (hopeless(cap_a)) break;
+        const std::size_t gj = std::min(groups, gi + chunk);
+        const double cap_b = events[group[gj] - 1].h;
         const double thr = threshold();
-        for (std::size_t q = 0; q < problems.size(); ++q) budget[q] = thr - rest[q] - k1 * cap;
+        for (std::size_t q = 0; q < problems.size(); ++q) budget[q] = thr - rest[q] - k1 * cap_a;
         for (std::size_t q = 0; q < problems.size(); ++q) before[q] = f[q][n];
-        for (; e < events.size() && events[e].h == cap; ++e) {
+        if (chunk > 1)
+            for (std::size_t q = 0; q < problems.size(); ++q) saved[q] = f[q];
+        for (std::size_t e = group[gi]; e < group[gj]; ++e) {
             const auto& ev = events[e];
             const auto q = static_cast<std::size_t>(ev.problem);
             if (f[q][ev.context] == inf) continue;
@@ -459,7 +476,7 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
                 if (!(f[q][k] + bound[q][k] < budget[q])) continue;
                 const double *wr = p.w + p.tri->offset[k], *hr = p.h + p.tri->offset[k];
                 for (int s = 1; s <= n - k; ++s) {
-                    if (hr[s - 1] > cap) {
+                    if (hr[s - 1] > cap_b) {
                         if (p.monotone[k]) break;
                         continue;
                     }
@@ -468,7 +485,19 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
             }
             changed = changed || f[q][n] != before[q];
         }
-        if (changed) consider(cap);
+        if (chunk == 1) {
+            ++stats.caps_evaluated;
+            if (changed) consider(cap_a);
+            gi = gj;
+            chunk = 2;
+        } else if (!changed || combine(f) + k1 * cap_a > thr) {
+            stats.caps_evaluated += gj - gi;
+            gi = gj;
+            chunk *= 2;
+        } else {
+            for (std::size_t q = 0; q < problems.size(); ++q) f[q].swap(saved[q]);
+            chunk /= 2;
+        }
     }
     return best;
 }
