@@ -13,12 +13,16 @@
 // Method: T = min over caps tau of [ S_tau + (K - 1) * tau ], S_tau = the least sum with every
 // unit <= tau (a shortest path over token positions). The candidate caps are the unit times
 // themselves, swept in increasing order while the shortest-path labels are updated
-// incrementally as each new edge (slice) becomes admissible. Three facts keep it exact and
-// fast:
-//   * a label f[k] is only propagated when f[k] + r[k] + rest + (K-1)*tau could beat the best
-//     objective found so far (r[k] = the uncapped least cost from k to the end, a lower bound);
-//     tau only grows and the best only falls, so a label pruned once stays useless;
-//   * the sweep stops when K*tau or S_inf + (K-1)*tau reaches the best objective;
+// incrementally as each new edge (slice) becomes admissible. What keeps it exact and fast:
+//   * the sweep starts from a feasible objective (best uniform cut, uncapped least-sum cut)
+//     and stops when K*tau or S_min + (K-1)*tau exceeds the best objective found;
+//   * a label f[k] is only stored and propagated when f[k] + r[k] + rest + (K-1)*tau could
+//     beat the best objective (r[k] = least cost from k to the end under the largest cap still
+//     worth trying, a lower bound for every completion the sweep can use); tau only grows and
+//     the best only falls, so a label pruned once stays useless;
+//   * caps are taken in galloping chunks: a chunk whose lower bound S_last + (K-1)*tau_first
+//     already loses is inserted with one propagation wave; otherwise it is undone and halved,
+//     down to single caps, which are evaluated exactly;
 //   * where t is non-decreasing in s for a context (checked on the values, per context), the
 //     admissible slices form a prefix and scans stop at the first slice over the cap.
 // Rounding is handled by pruning only with a relative slack of 1e-10, which can only keep
@@ -64,8 +68,8 @@ struct slicing_problem {
 
 //! Work counters of one solve (for benchmarks and docs).
 struct slicing_stats {
-    std::size_t caps_considered = 0;  //!< candidate caps inside the pruning window
-    std::size_t caps_evaluated = 0;   //!< distinct caps whose edges were inserted before the stop
+    std::size_t caps_considered = 0;  //!< candidate slices (edges) whose time lies inside the cap window
+    std::size_t caps_evaluated = 0;   //!< distinct caps swept before the stop (singly or in chunks)
     std::size_t relaxations = 0;      //!< edge relaxations in the sweep
     std::size_t partitions = 0;       //!< microbatch-size partitions solved (shared mode)
     double solve_seconds = 0;
@@ -668,15 +672,30 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
         bool have = false;
         std::vector<std::int64_t> prefix;
         std::vector<double> wsum(tri.size()), hmax(tri.size());
+        double size_bound_cap = ds::inf; // the cap size_bound was computed under
+        std::vector<double> size_bound(static_cast<std::size_t>(R) + 1, 0.0);
+        for (std::int64_t b = 1; b <= R; ++b) size_bound[b] = singles[b - 1]->lower[0];
         ds::partitions(B, R, prefix, [&](const std::vector<std::int64_t>& sizes) {
-            // Cheap bound before building the partition's grid: sums and caps of its parts.
-            double lower = 0, cap_floor = 0;
-            for (auto d : sizes) {
-                lower += singles[d - 1]->lower[0];
-                cap_floor = std::max(cap_floor, singles[d - 1]->min_cap);
-            }
+            // Cheap bound before building the partition's grid. A plan that can still win has
+            // every unit <= thr / K, and a shared cut under a cap costs each part at least that
+            // part's own least sum under the cap, so sum_j S_{thr/K}(b_j) + (K-1) * (least
+            // feasible cap) bounds the partition from below. The per-size sums are refreshed
+            // as thr falls; computed at a larger cap they stay valid, only weaker.
             const double external = have ? result.objective : ds::inf;
             const double thr = external == ds::inf ? ds::inf : external + ds::slack * std::fabs(external);
+            if (thr < ds::inf && thr / K < 0.99 * size_bound_cap) {
+                size_bound_cap = thr / K * (1 + 1e-9);
+                std::vector<double> r;
+                for (std::int64_t b = 1; b <= R; ++b) {
+                    singles[b - 1]->suffix_capped(size_bound_cap, r);
+                    size_bound[b] = std::max(r[0], singles[b - 1]->lower[0]);
+                }
+            }
+            double lower = 0, cap_floor = 0;
+            for (auto d : sizes) {
+                lower += size_bound[d];
+                cap_floor = std::max(cap_floor, singles[d - 1]->min_cap);
+            }
             if (cap_floor == ds::inf || std::max(K * cap_floor, lower + (K - 1) * cap_floor) > thr) return;
             ++stats.partitions;
             const double* w = times[sizes.front()].data();
