@@ -355,12 +355,14 @@ int train(const options& o)
             char buf[200];
             std::snprintf(buf, sizeof buf, "step %4d/%d  loss %.4f  %8.0f tok/s  ETA %s", step, o.steps, loss, tps,
                           clock_text(eta).c_str());
-            if (tty) {
-                std::cout << "\r" << buf << std::flush;
-                if (step == o.steps) std::cout << "\n";
-            } else if (step == 1 || step == o.steps || step % std::max(1, o.steps / 20) == 0) {
-                std::cout << buf << (ref ? "  (non-pipelined " + std::to_string(ref_loss) + ")" : std::string()) << "\n";
-            }
+            // A kept line every ~5% of the steps (the loss curve); on a terminal the line in
+            // between is rewritten in place.
+            const bool keep = step == 1 || step == o.steps || step % std::max(1, o.steps / 20) == 0;
+            const std::string ref_text = ref ? "  (non-pipelined " + std::to_string(ref_loss) + ")" : std::string();
+            if (keep)
+                std::cout << (tty ? "\r\033[K" : "") << buf << ref_text << "\n" << std::flush;
+            else if (tty)
+                std::cout << "\r\033[K" << buf << std::flush;
         }
     }
     if (!o.trace.empty()) {
