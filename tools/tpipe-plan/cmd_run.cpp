@@ -35,6 +35,8 @@ iteration time with the simulated makespan of the same program (every compute co
   --spin-us U         busy time of every compute action, in microseconds (0: empty stages)
   --devices D         loop threads (default P); rank r runs on thread r mod D
   --iterations K      measured iterations after one warm-up (default 5); the median is reported
+  --idle-spin-us S    how long an idle loop spins before it sleeps (default: 2000 when the
+                      threads fit the cores, else 50)
   --json              print one JSON object instead of the timelines
   --trace FILE        write a Perfetto/Chrome trace of the median iteration as it really ran
 
@@ -136,6 +138,7 @@ int run_command(args& a)
     if (!(us >= 0)) throw invalid_argument("--spin-us must be >= 0, got " + *spin_us);
     const int devices = a.number<int>("--devices", opts.ranks);
     const int iterations = a.number<int>("--iterations", 5);
+    const auto idle_spin = a.value("--idle-spin-us");
     const bool as_json = a.flag("--json");
     const auto trace = a.value("--trace");
     a.finish();
@@ -144,7 +147,13 @@ int run_command(args& a)
 
     const program prog = lower(build_program(opts));
     const simulation sim = simulate(prog, per_action_costs{us * 1e-6});
-    cpu_engine eng(devices);
+    loop::options lo = cpu_engine::default_options(devices);
+    if (idle_spin) {
+        const double s = args::parse<double>("--idle-spin-us", *idle_spin);
+        if (!(s >= 0)) throw invalid_argument("--idle-spin-us must be >= 0, got " + *idle_spin);
+        lo.spin = std::chrono::nanoseconds(static_cast<long long>(s * 1e3));
+    }
+    cpu_engine eng(devices, lo);
     run_options ro;
     for (int r = 0; r < prog.ranks; ++r) ro.device_of_rank.push_back(r % devices);
     const auto t = std::chrono::nanoseconds(static_cast<long long>(us * 1e3));

@@ -12,7 +12,10 @@
 // timing-disabled event, registers a tpipe::poller with the device's loop (cudaEventQuery), and
 // suspends; the loop resumes the coroutine when the event completes (or throws the CUDA error).
 #include <concepts>
+#include <chrono>
 #include <memory>
+#include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -41,8 +44,26 @@ concept engine = requires(E& e, int device, detail::probe_fn fn) {
 //! CPU threads standing in for devices: one loop thread per device, compute runs inline.
 class cpu_engine {
 public:
-    //! `devices` loop threads; refuses fewer than 1.
-    explicit cpu_engine(int devices, loop::options opts = {})
+    //! The idle spin cpu_engine uses when none is given. While an iteration runs: long (2 ms)
+    //! when every loop can have a core of its own, so that a receive waiting for a neighbour's
+    //! compute wakes without a futex round trip; short (50 us) when loops outnumber the
+    //! hardware threads, so that idle loops do not steal cores from busy ones. Between
+    //! iterations: none, so that the thread that waits in tpipe::run gets a core at once.
+    static loop::options default_options(int devices)
+    {
+        const unsigned hw = std::thread::hardware_concurrency();
+        loop::options o;
+        o.spin = (hw != 0 && static_cast<unsigned>(devices) <= hw) ? std::chrono::nanoseconds(std::chrono::milliseconds(2))
+                                                                    : std::chrono::nanoseconds(std::chrono::microseconds(50));
+        o.cold_spin = std::chrono::nanoseconds(0);
+        return o;
+    }
+
+    //! `devices` loop threads with the default idle spin; refuses fewer than 1.
+    explicit cpu_engine(int devices) : cpu_engine(devices, default_options(devices)) {}
+
+    //! `devices` loop threads with the given loop options; refuses fewer than 1.
+    cpu_engine(int devices, loop::options opts)
     {
         if (devices < 1) throw invalid_argument("cpu_engine needs at least 1 device, got " + std::to_string(devices));
         loops_.reserve(static_cast<std::size_t>(devices));

@@ -8,8 +8,9 @@
 //   posting never allocates).
 // - Pollers (a CUDA event, an MPI request, a test double) are polled while the loop is idle;
 //   a loop with pollers spins instead of sleeping.
-// - An idle loop spins for `spin` (default 50 us), then sleeps on an atomic (futex) until a
-//   post from another thread wakes it.
+// - An idle loop spins for `spin` while held (an iteration is running on it) or `cold_spin`
+//   otherwise (default 50 us each), then sleeps on an atomic (futex) until a post from another
+//   thread wakes it.
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -60,7 +61,11 @@ private:
 class loop {
 public:
     struct options {
-        std::chrono::nanoseconds spin{std::chrono::microseconds(50)};  //!< idle spin before sleeping
+        //! Idle spin before sleeping while the loop is held (work of a running iteration is
+        //! expected soon, e.g. a payload from a neighbour).
+        std::chrono::nanoseconds spin{std::chrono::microseconds(50)};
+        //! Idle spin before sleeping while nobody holds the loop (between iterations).
+        std::chrono::nanoseconds cold_spin{std::chrono::microseconds(50)};
     };
 
     loop() = default;
@@ -84,6 +89,11 @@ public:
         while (!remote_.compare_exchange_weak(head, n, std::memory_order_seq_cst, std::memory_order_relaxed));
         if (sleeping_.load(std::memory_order_seq_cst)) wake();
     }
+
+    //! Marks work in flight on this loop (any thread): while held, an idle loop spins for
+    //! options::spin before sleeping, otherwise for options::cold_spin.
+    void hold() noexcept { holds_.fetch_add(1, std::memory_order_relaxed); }
+    void release() noexcept { holds_.fetch_sub(1, std::memory_order_relaxed); }
 
     //! Adds a poller; only from this loop's own thread.
     void add_poller(poller* p) noexcept
@@ -199,14 +209,18 @@ private:
     template <class Stop>
     bool spin_for_work(Stop& stop)
     {
-        if (opts_.spin.count() <= 0) return false;
-        const auto until = std::chrono::steady_clock::now() + opts_.spin;
+        const auto spin = holds_.load(std::memory_order_relaxed) > 0 ? opts_.spin : opts_.cold_spin;
+        if (spin.count() <= 0) return false;
+        const auto start = std::chrono::steady_clock::now();
         for (unsigned i = 1;; ++i) {
             if (remote_.load(std::memory_order_relaxed) != nullptr) return true;
             detail::cpu_relax();
             if ((i & 63u) == 0) {
                 if (stop()) return true;
-                if (std::chrono::steady_clock::now() >= until) return false;
+                const auto waited = std::chrono::steady_clock::now() - start;
+                if (waited >= spin) return false;
+                // Released meanwhile (the iteration ended): fall back to the short spin.
+                if (waited >= opts_.cold_spin && holds_.load(std::memory_order_relaxed) == 0) return false;
             }
         }
     }
@@ -218,6 +232,7 @@ private:
     wake_node* local_tail_ = nullptr;
     poller* pollers_ = nullptr;
     alignas(64) std::atomic<wake_node*> remote_{nullptr};
+    std::atomic<int> holds_{0};
     alignas(64) std::atomic<bool> sleeping_{false};
     std::atomic<std::uint32_t> epoch_{0};
 };

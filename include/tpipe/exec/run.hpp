@@ -232,6 +232,7 @@ public:
             roots.back().on_done(&runner::root_done, this);
             starts[r].handle = roots.back().handle();
         }
+        for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).hold();
         t0_ = std::chrono::steady_clock::now();
         for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).post(&starts[r]);
         wait();
@@ -478,6 +479,7 @@ private:
         busy_[r] = busy;
         peak_[r] = peak;
         prog.finished.store(true, std::memory_order_relaxed);
+        eng_.loop_of(dev).release();
     }
 
     // ---- failure, completion, watchdog --------------------------------------------------------
@@ -547,6 +549,7 @@ private:
 
     void wait()
     {
+        // No spinning here: the calling thread would take a core from a loop thread.
         std::unique_lock<std::mutex> lk(done_m_);
         const auto period = opts_.watchdog;
         if (period.count() <= 0) {
