@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/polynomial_latency.hpp"
 #include "tpipe/plan/presets.hpp"
 #include "tpipe/plan/slicing_dp.hpp"
@@ -52,4 +53,19 @@ TEST_CASE("planned objective equals the simulated forward flow-shop makespan", "
     // and on the built-in GPT-3 model at a realistic size
     const auto gpt = tpipe::presets::analytic(tpipe::presets::gpt3_13b, 8, tpipe::presets::a100);
     check_identity(gpt, 8, 2048, 4, 64, tpipe::cut_mode::shared);
+}
+
+static_assert(tpipe::cost_model<tpipe::latency_costs<tpipe::polynomial_latency>>);
+
+TEST_CASE("latency_costs turns a latency model into simulator costs", "[plan][sim]")
+{
+    const tpipe::polynomial_latency model(std::array<double, 8>{2e-3, 0, 1e-5, 0, 1e-6, 0, 1e-9, 0});
+    const auto plan = tpipe::plan_slices(model, tpipe::slicing_problem{4, 256, 2, 8});
+    const auto prog = tpipe::gpipe{}.program(tpipe::topology{.ranks = 4}, plan.scheme());
+    // all of t in the forward: the flow-shop identity again
+    CHECK(tpipe::simulate(prog, tpipe::latency_costs{model, 1.0}).makespan == Approx(plan.objective).epsilon(1e-12));
+    // a third forward, two thirds backward: an F+B iteration runs at least the units' total work per stage
+    const auto full = tpipe::simulate(prog, tpipe::latency_costs{model});
+    CHECK(full.makespan >= plan.sum * (1 - 1e-12));
+    CHECK_THROWS_AS(tpipe::latency_costs(model, 1.5), tpipe::invalid_argument);
 }
