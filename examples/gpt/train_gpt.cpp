@@ -42,7 +42,7 @@ struct options {
     gpt::config cfg;
     int batch = 4;
     int steps = 50;
-    double lr = 3e-3;
+    double lr = 1e-3;
     std::uint64_t seed = 1;
     int stages = 2;
     std::string schedule = "1f1b";
@@ -65,7 +65,7 @@ const char* usage_text =
     "  --seq-len N       tokens per sequence (default 128)\n"
     "  --batch N         sequences per step (default 4)\n"
     "  --steps N         training steps (default 50)\n"
-    "  --lr X            AdamW learning rate (default 3e-3)\n"
+    "  --lr X            AdamW learning rate (default 1e-3; gradients clipped to norm 1)\n"
     "  --seed N          initialisation and data seed (default 1)\n"
     "  --stages P        pipeline ranks = CPU threads running stages (default 2)\n"
     "  --schedule NAME   gpipe, 1f1b, interleaved, zb-h1, zb-v, terapipe-gpipe, terapipe-1f1b (default 1f1b)\n"

@@ -702,9 +702,13 @@ void adamw<T>::step(parameters<T>& p)
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
     const T lr = T(o_.lr), b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps), wd = T(o_.weight_decay);
+    double sq = 0;
+    for (const T g : p.grad) sq += double(g) * double(g);
+    norm_ = std::sqrt(sq);
+    const T clip = T(o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0);
     const T step = T(o_.lr / bc1), rbc2 = T(1.0 / std::sqrt(bc2));
     for (std::size_t i = 0; i < m_.size(); ++i) {
-        const T g = p.grad[i];
+        const T g = p.grad[i] * clip;
         m_[i] = b1 * m_[i] + (T(1) - b1) * g;
         v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
         if (decay_[i]) p.value[i] -= lr * wd * p.value[i];

@@ -170,9 +170,10 @@ double full_step(parameters<T>& params, const batch& b, int threads = 1);
 template <class T>
 double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& units, const batch& b);
 
-//! AdamW with bias correction; decay only on tensors marked `decay`.
+//! AdamW with bias correction; decay only on tensors marked `decay`. Gradients are first
+//! clipped to a global L2 norm of `max_grad_norm` (<= 0: no clipping).
 struct adamw_options {
-    double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+    double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, max_grad_norm = 1.0;
 };
 template <class T>
 class adamw {
@@ -180,12 +181,15 @@ public:
     adamw(const parameters<T>& p, adamw_options o);
     void step(parameters<T>& p);
     std::int64_t steps() const { return t_; }
+    //! Global gradient norm seen by the last step (before clipping).
+    double last_grad_norm() const { return norm_; }
 
 private:
     adamw_options o_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
     std::int64_t t_ = 0;
+    double norm_ = 0;
 };
 
 //! Byte-level data: samples `rows` random windows of seq_len+1 bytes of `text`.

@@ -48,7 +48,7 @@ inline tpipe::profile_grid gpt_profile_grid(std::int64_t rows, std::int64_t seq_
 //! Gradients written while profiling are cleared afterwards.
 template <class T>
 slowest_part_latency profile_parts(pipelined_model<T>& model, const batch& b, const tpipe::profile_grid& grid,
-                                   tpipe::profile_options opts = {.warmup = 1, .repeats = 3})
+                                   tpipe::profile_options opts = {.warmup = 2, .repeats = 5})
 {
     slowest_part_latency out;
     const std::int64_t d = model.params().cfg.d_model;
