@@ -122,11 +122,8 @@ public:
 
 private:
     static bool positive(double v) { return std::isfinite(v) && v > 0; }
-    double memory(double bytes) const { return bytes / (device_.memory_bandwidth * device_.memory_efficiency); }
-    double roof(double flops, double bytes) const
-    {
-        return std::max(flops / (device_.peak_flops * device_.matmul_efficiency), memory(bytes));
-    }
+    double memory(double bytes) const { return bytes * seconds_per_byte_; }
+    double roof(double flops, double bytes) const { return std::max(flops * seconds_per_flop_, memory(bytes)); }
     //! (m x k) * (k x n): reads both operands, writes the product.
     double gemm(double m, double k, double n) const
     {
@@ -138,6 +135,9 @@ private:
     device_spec device_;
     link_spec link_;
     options opt_;
+    // Reciprocal achieved rates: planners evaluate millions of points.
+    double seconds_per_flop_ = 1 / (device_.peak_flops * device_.matmul_efficiency);
+    double seconds_per_byte_ = 1 / (device_.memory_bandwidth * device_.memory_efficiency);
 };
 
 } // namespace tpipe

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "tpipe/core/error.hpp"
@@ -64,9 +65,14 @@ private:
     std::shared_ptr<const base> self_;
 };
 
-//! Wraps a callable `double(b, s, c)` as a latency model.
+//! A callable that prices a unit: fn(b, s, c) -> seconds.
 template <class F>
-    requires std::regular_invocable<const F&, std::int64_t, std::int64_t, std::int64_t>
+concept latency_function = std::regular_invocable<const F&, std::int64_t, std::int64_t, std::int64_t> &&
+                           std::convertible_to<std::invoke_result_t<const F&, std::int64_t, std::int64_t, std::int64_t>,
+                                               double>;
+
+//! Wraps a callable `double(b, s, c)` as a latency model.
+template <latency_function F>
 struct function_latency {
     F fn;
     double seconds(std::int64_t b, std::int64_t s, std::int64_t c) const { return static_cast<double>(fn(b, s, c)); }
