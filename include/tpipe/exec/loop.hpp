@@ -9,8 +9,8 @@
 // - Pollers (a CUDA event, an MPI request, a test double) are polled while the loop is idle;
 //   a loop with pollers spins instead of sleeping.
 // - An idle loop spins for `spin` while held (an iteration is running on it) or `cold_spin`
-//   otherwise (default 50 us each), then sleeps on an atomic (futex) until a post from another
-//   thread wakes it.
+//   otherwise (default 50 us each), pausing for the first 20 us and yielding the core after
+//   that, then sleeps on an atomic (futex) until a post from another thread wakes it.
 #include <atomic>
 #include <chrono>
 #include <coroutine>
@@ -206,21 +206,28 @@ private:
         }
     }
 
+    //! Spins until work arrives or the spin budget is spent: pause instructions for the first
+    //! 20 us, then sched_yield, so that a thread sharing this core (another loop, the caller of
+    //! tpipe::run, another process) is not kept off it by a long spin.
     template <class Stop>
     bool spin_for_work(Stop& stop)
     {
         const auto spin = holds_.load(std::memory_order_relaxed) > 0 ? opts_.spin : opts_.cold_spin;
         if (spin.count() <= 0) return false;
+        constexpr auto pause_phase = std::chrono::microseconds(20);
         const auto start = std::chrono::steady_clock::now();
+        bool yielding = false;
         for (unsigned i = 1;; ++i) {
             if (remote_.load(std::memory_order_relaxed) != nullptr) return true;
-            detail::cpu_relax();
-            if ((i & 63u) == 0) {
+            if (yielding) std::this_thread::yield();
+            else detail::cpu_relax();
+            if (yielding || (i & 63u) == 0) {
                 if (stop()) return true;
                 const auto waited = std::chrono::steady_clock::now() - start;
                 if (waited >= spin) return false;
                 // Released meanwhile (the iteration ended): fall back to the short spin.
                 if (waited >= opts_.cold_spin && holds_.load(std::memory_order_relaxed) == 0) return false;
+                yielding = waited >= pause_phase;
             }
         }
     }
