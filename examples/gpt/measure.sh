@@ -35,8 +35,19 @@ T = plan["planned_T_s"] if plan else 0
 planned = "%.1f ms" % (T * 1e3) if plan else ""
 ratio = "%.2f" % (pbest / T) if plan else ""
 print("| %s | %s | %.1f | %.1f | %.0f | %.1f | %s | %s |" % (name, summ["units"], best * 1e3, med * 1e3, 1024 / best, pbest * 1e3, planned, ratio))
-' "$name"
+if plan:
+    with open(sys.argv[2], "w") as f:
+        d = plan["delta_last_stage"]
+        f.write("Planner check (%s): profiled latency of the slowest stage, t(b=1, s, c=0) in ms: %s; "
+                "context term of the last stage: %.3g + %.3g*bs + %.3g*bc + %.3g*bsc s. Plan: %s, planned T = %.1f ms "
+                "(t_max %.1f ms); measured pipeline iteration: fastest %.1f ms, median %.1f ms; ratio measured/planned "
+                "%.2f (fastest), %.2f (median).\n" % (name, ", ".join("t(%d)=%.2f" % (n, t * 1e3) for n, t in zip(plan["t_b1_c0_tokens"], plan["t_b1_c0_s"])),
+                d[0], d[1], d[2], d[3], plan["plan"], T * 1e3, plan["t_max_s"] * 1e3, pbest * 1e3,
+                statistics.median(pipe) * 1e3, pbest / T, statistics.median(pipe) / T))
+' "$name" "$NOTE"
 }
+NOTE=$(mktemp)
+trap 'rm -f "$NOTE"' EXIT
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
 echo
@@ -48,5 +59,7 @@ run "2 stages, microbatch-only (1F1B)" --stages 2 --schedule 1f1b --slicer micro
 run "2 stages, tokens 8 x 128 (terapipe-1f1b)" --stages 2 --schedule terapipe-1f1b \
     --slicer tokens:128,128,128,128,128,128,128,128
 run "2 stages, TeraPipe-planned (terapipe-1f1b)" --stages 2 --schedule terapipe-1f1b --slicer terapipe --granularity 64
+echo
+cat "$NOTE"
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -284,6 +284,9 @@ int train(const options& o)
             tpipe::json::array t0;
             for (auto s : grid.tokens) t0.push_back(latency.seconds(1, s, 0));
             m["t_b1_c0_s"] = t0;
+            tpipe::json::array lens;
+            for (auto s : grid.tokens) lens.push_back(s);
+            m["t_b1_c0_tokens"] = lens;
             m["delta_last_stage"] = tpipe::json::array{d[0], d[1], d[2], d[3]};
             std::cout << tpipe::json::dump(tpipe::json::value(std::move(m))) << "\n";
         } else {
