@@ -58,9 +58,9 @@ void check_pipelined_equals_sequential(const tpipe::program& prog, tpipe::cpu_en
     CHECK(stats.events.size() == lowered.size());
     const auto sim = tpipe::simulate(prog, tpipe::uniform_costs{});
     CHECK(stats.peak_activations == sim.peak_activations);
-    for (const auto& e : stats.events) {
-        CHECK(e.start <= e.end);
-        CHECK(e.end <= stats.time);
+    for (const auto& e : stats.events) {  // (1 us of slack: timestamps come from per-core TSCs)
+        CHECK(e.start <= e.end + 1e-6);
+        CHECK(e.end <= stats.time + 1e-6);
     }
 }
 

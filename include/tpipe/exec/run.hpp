@@ -23,6 +23,7 @@
 #include <concepts>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -36,6 +37,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/detail/root.hpp"
+#include "tpipe/exec/detail/tick_clock.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/local_channel.hpp"
@@ -233,7 +235,8 @@ public:
             starts[r].handle = roots.back().handle();
         }
         for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).hold();
-        t0_ = std::chrono::steady_clock::now();
+        spt_ = detail::tick_clock::seconds_per_tick();
+        t0_ = detail::tick_clock::now();
         for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).post(&starts[r]);
         wait();
         roots.clear();
@@ -438,7 +441,8 @@ private:
     // ---- the rank coroutine -------------------------------------------------------------------
     double clock() const noexcept
     {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+        // Signed: TSCs of different cores may differ by a few ticks.
+        return static_cast<double>(static_cast<std::int64_t>(detail::tick_clock::now() - t0_)) * spt_;
     }
 
     task<void> rank_main(int r)
@@ -594,7 +598,8 @@ private:
     std::vector<int> peak_;
     const io_type* io_ = nullptr;
     std::size_t iterations_ = 0;
-    std::chrono::steady_clock::time_point t0_{};
+    std::uint64_t t0_ = 0;   //!< tick_clock at the start of the iteration
+    double spt_ = 0;         //!< seconds per tick
     std::atomic<bool> cancel_{false};
     std::mutex error_m_;
     std::exception_ptr error_;
