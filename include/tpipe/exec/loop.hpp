@@ -72,6 +72,13 @@ public:
     explicit loop(options o) : opts_(o) {}
     loop(const loop&) = delete;
     loop& operator=(const loop&) = delete;
+    //! Waits until no other thread is still inside post() on this loop (a poster publishes its
+    //! node, then checks whether to wake the loop; the loop may have run the node and be on
+    //! its way out by then).
+    ~loop()
+    {
+        while (posters_.load(std::memory_order_acquire) != 0) detail::cpu_relax();
+    }
 
     //! The loop that is being driven on this thread, or nullptr.
     static loop* current() noexcept { return current_; }
@@ -84,10 +91,12 @@ public:
             push_local(n);
             return;
         }
+        posters_.fetch_add(1, std::memory_order_relaxed);
         wake_node* head = remote_.load(std::memory_order_relaxed);
         do n->next = head;
         while (!remote_.compare_exchange_weak(head, n, std::memory_order_seq_cst, std::memory_order_relaxed));
         if (sleeping_.load(std::memory_order_seq_cst)) wake();
+        posters_.fetch_sub(1, std::memory_order_release);
     }
 
     //! Marks work in flight on this loop (any thread): while held, an idle loop spins for
@@ -239,6 +248,7 @@ private:
     wake_node* local_tail_ = nullptr;
     poller* pollers_ = nullptr;
     alignas(64) std::atomic<wake_node*> remote_{nullptr};
+    std::atomic<int> posters_{0};  //!< threads inside post() (same cache line as remote_)
     std::atomic<int> holds_{0};
     alignas(64) std::atomic<bool> sleeping_{false};
     std::atomic<std::uint32_t> epoch_{0};
