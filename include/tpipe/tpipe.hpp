@@ -3,6 +3,12 @@
 // CUDA, NCCL and MPI parts are included explicitly from their own folders.
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
+#include "tpipe/plan/baselines.hpp"
+#include "tpipe/plan/latency_costs.hpp"
+#include "tpipe/plan/latency_json.hpp"
+#include "tpipe/plan/presets.hpp"
+#include "tpipe/plan/profiler.hpp"
+#include "tpipe/plan/slicing_dp.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/lower.hpp"
