@@ -48,14 +48,15 @@ public:
     //! when every loop can have a core of its own, so that a receive waiting for a neighbour's
     //! compute wakes without a futex round trip; short (50 us) when loops outnumber the
     //! hardware threads, so that idle loops do not steal cores from busy ones. Between
-    //! iterations: none, so that the thread that waits in tpipe::run gets a core at once.
+    //! iterations: 50 us, so that back-to-back iterations find their loops awake. Past the
+    //! first 20 us a spinning loop yields its core (see loop::options).
     static loop::options default_options(int devices)
     {
         const unsigned hw = std::thread::hardware_concurrency();
         loop::options o;
         o.spin = (hw != 0 && static_cast<unsigned>(devices) <= hw) ? std::chrono::nanoseconds(std::chrono::milliseconds(2))
                                                                     : std::chrono::nanoseconds(std::chrono::microseconds(50));
-        o.cold_spin = std::chrono::nanoseconds(0);
+        o.cold_spin = std::chrono::nanoseconds(std::chrono::microseconds(50));
         return o;
     }
 

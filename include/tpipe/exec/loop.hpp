@@ -128,6 +128,24 @@ public:
         return awaiter{this, {}};
     }
 
+    //! Awaitable that lets the other ready coroutines of this loop run first (loop thread only):
+    //! the awaiting coroutine goes to the back of the local queue.
+    auto yield() noexcept
+    {
+        struct awaiter {
+            loop* l;
+            wake_node node{};
+            bool await_ready() const noexcept { return false; }
+            void await_suspend(std::coroutine_handle<> h) noexcept
+            {
+                node.handle = h;
+                l->push_local(&node);
+            }
+            void await_resume() const noexcept {}
+        };
+        return awaiter{this, {}};
+    }
+
     //! Drives the loop on the calling thread until stop() returns true. stop is checked after
     //! each batch of work and before sleeping; whoever makes it true from another thread must
     //! call wake() afterwards.

@@ -451,6 +451,10 @@ private:
         auto& ev = events_[r];
         auto& prog = progress_[r];
         const int dev = device_[r];
+        loop& home = eng_.loop_of(dev);
+        // Ranks that share a device take turns after each compute, so that a rank that never
+        // waits cannot hold its neighbours (and the ranks downstream of them) back.
+        const bool shared = std::count(device_.begin(), device_.end(), dev) > 1;
         double busy = 0;
         int live = 0, peak = 0;
         for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -472,6 +476,7 @@ private:
                     busy += end - start;
                     if (st.a.kind == op::F) peak = std::max(peak, ++live);
                     else if (st.a.kind != op::I) --live;
+                    if (shared) co_await home.yield();
                 }
             } catch (const operation_cancelled&) {
                 break;
@@ -483,7 +488,7 @@ private:
         busy_[r] = busy;
         peak_[r] = peak;
         prog.finished.store(true, std::memory_order_relaxed);
-        eng_.loop_of(dev).release();
+        home.release();
     }
 
     // ---- failure, completion, watchdog --------------------------------------------------------
