@@ -3,6 +3,10 @@
 // CUDA, NCCL and MPI parts are included explicitly from their own folders.
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
+#include "tpipe/exec/pipeline.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/exec/when_all.hpp"
 #include "tpipe/plan/baselines.hpp"
 #include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/latency_json.hpp"
