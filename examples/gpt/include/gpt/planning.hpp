@@ -13,13 +13,15 @@
 
 namespace gpt {
 
-//! The slowest of several per-part latency models (a tpipe latency_model).
+//! The slowest of several per-part latency models (a tpipe latency_model). Context never makes
+//! a unit cheaper, so each part's time is at least its context-free time t(b, s, 0): a fitted
+//! context term that dips below zero on noisy profiles cannot produce a negative unit time.
 struct slowest_part_latency {
     std::vector<tpipe::table_latency> parts;
     double seconds(std::int64_t b, std::int64_t s, std::int64_t c) const
     {
         double t = 0;
-        for (const auto& p : parts) t = std::max(t, p.seconds(b, s, c));
+        for (const auto& p : parts) t = std::max({t, p.seconds(b, s, c), p.seconds(b, s, 0)});
         return t;
     }
 };
