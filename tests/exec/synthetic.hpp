@@ -57,21 +57,35 @@ struct stage {
         st.bwd_next.clear();
     }
 
-    void enter(const tpipe::unit& u, char kind)
-    {
-        if (inside.fetch_add(1) != 0) throw std::logic_error("two threads inside one stage");
-        if (u.microbatch == f.microbatch && u.slice == f.slice && kind == f.kind)
+    //! One call inside the stage, left on every exit (also by an exception). Entering refuses a
+    //! second thread and raises the injected fault.
+    class call_scope {
+    public:
+        call_scope(std::atomic<int>& inside, bool injected_fault, char kind) : inside_(inside)
+        {
+            const bool alone = inside_.fetch_add(1) == 0;
+            if (alone && !injected_fault) return;
+            inside_.fetch_sub(1);
+            if (!alone) throw std::logic_error("two threads inside one stage");
             throw std::runtime_error(std::string("injected fault in ") + kind);
+        }
+        call_scope(const call_scope&) = delete;
+        call_scope& operator=(const call_scope&) = delete;
+        ~call_scope() { inside_.fetch_sub(1); }
+
+    private:
+        std::atomic<int>& inside_;
+    };
+
+    [[nodiscard]] call_scope enter(const tpipe::unit& u, char kind)
+    {
+        return call_scope(inside, u.microbatch == f.microbatch && u.slice == f.slice && kind == f.kind, kind);
     }
-    void leave() { inside.fetch_sub(1); }
 
     vec forward(const tpipe::unit& u, vec x)
     {
-        enter(u, 'F');
-        if (st.kv_tokens[u.microbatch] != u.token_begin) {
-            leave();
-            throw std::logic_error("forward slices out of order");
-        }
+        const auto scope = enter(u, 'F');
+        if (st.kv_tokens[u.microbatch] != u.token_begin) throw std::logic_error("forward slices out of order");
         vec y(x.size());
         for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b + st.kv[u.microbatch];
         long long sum = 0;
@@ -79,7 +93,6 @@ struct stage {
         st.kv[u.microbatch] += sum;
         st.kv_tokens[u.microbatch] = u.token_end;
         st.saved_x[{u.microbatch, u.slice}] = std::move(x);
-        leave();
         return y;
     }
     vec input_grad(const tpipe::unit& u, const vec& g)
@@ -105,41 +118,26 @@ struct stage {
     }
     vec backward(const tpipe::unit& u, vec g)
     {
-        enter(u, 'B');
-        vec dx;
-        try {
-            dx = input_grad(u, g);
-        } catch (...) {
-            leave();
-            throw;
-        }
+        const auto scope = enter(u, 'B');
+        vec dx = input_grad(u, g);
         weight_grad(u, g);
-        leave();
         return dx;
     }
     vec backward_input(const tpipe::unit& u, vec g)
         requires Split
     {
-        enter(u, 'B');
-        vec dx;
-        try {
-            dx = input_grad(u, g);
-        } catch (...) {
-            leave();
-            throw;
-        }
+        const auto scope = enter(u, 'B');
+        vec dx = input_grad(u, g);
         st.saved_g[{u.microbatch, u.slice}] = std::move(g);
-        leave();
         return dx;
     }
     void backward_weight(const tpipe::unit& u)
         requires Split
     {
-        enter(u, 'W');
+        const auto scope = enter(u, 'W');
         auto g = std::move(st.saved_g.at({u.microbatch, u.slice}));
         st.saved_g.erase({u.microbatch, u.slice});
         weight_grad(u, g);
-        leave();
     }
 };
 
