@@ -1,10 +1,12 @@
 // Runtime benchmarks (tpipe::run on tpipe::cpu_engine).
 //
-// BM_overhead/<schedule>/P/placement   empty stages: nanoseconds of runtime per action
-//                                      (placement 0: one loop thread per rank; 1: all ranks on one loop)
+// BM_overhead/<schedule>/P/threading   empty stages, M = 4P: nanoseconds of runtime per action
+//                                      (threading 0: cpu_engine's default, min(P, cores) loop threads;
+//                                      1: one loop thread per rank; 2: all ranks on one loop thread)
 // BM_efficiency/<schedule>/P/spin_us   stages that spin: simulated makespan / measured time (1.0 is perfect)
 // BM_peer_tbb/P/spin_ns                P serial stages, forward only, T tokens: tpipe vs oneTBB's
-//                                      parallel_pipeline in the same run; per-token overhead and ratio
+//                                      parallel_pipeline in the same run; per-token overhead (wall time of
+//                                      the whole call on both sides, minus the ideal time) and ratio
 #include <benchmark/benchmark.h>
 
 #include <oneapi/tbb/global_control.h>
@@ -79,45 +81,45 @@ void with_spin_pipeline(int n, std::chrono::nanoseconds t, F&& f, std::index_seq
 
 std::vector<std::string> names_cache = tpipe::schedule_names();
 
-tpipe::program program_for(const std::string& name, int P)
+tpipe::program program_for(const std::string& name, int P, int M)
 {
     const int slices = name.rfind("terapipe", 0) == 0 ? 2 : 1;
-    return tpipe::lower(tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(2 * P, slices)));
+    return tpipe::lower(tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M, slices)));
 }
 
-//! Blocked placement of P ranks on D devices: rank r on device r*D/P.
-std::vector<int> blocked(int P, int D)
-{
-    std::vector<int> d;
-    for (int r = 0; r < P; ++r) d.push_back(r * D / P);
-    return d;
-}
+enum threading : int { default_threads = 0, thread_per_rank = 1, one_thread = 2 };
 
 void BM_overhead(benchmark::State& state)
 {
     const std::string& name = names_cache[static_cast<std::size_t>(state.range(0))];
     const int P = static_cast<int>(state.range(1));
-    const bool one_loop = state.range(2) != 0;
-    const auto prog = program_for(name, P);
-    tpipe::cpu_engine eng(one_loop ? 1 : P);
-    tpipe::run_options opts;
-    opts.device_of_rank.assign(static_cast<std::size_t>(P), 0);
-    if (!one_loop)
-        for (int r = 0; r < P; ++r) opts.device_of_rank[r] = r;
+    const auto mode = static_cast<threading>(state.range(2));
+    const auto prog = program_for(name, P, 4 * P);
+    tpipe::cpu_engine::options eo;
+    eo.threads = mode == thread_per_rank ? P : mode == one_thread ? 1 : 0;
+    tpipe::cpu_engine eng(P, eo);
     std::size_t actions = 0;
+    double inside = 0;
     with_spin_pipeline(
         prog.stages(), std::chrono::nanoseconds(0),
         [&](auto& pipe) {
-            tpipe::runner r(pipe, prog, eng, opts);
+            tpipe::runner r(pipe, prog, eng);
             tpipe::io_for<std::remove_reference_t<decltype(pipe)>> io;
             io.source = [](const tpipe::unit& u) { return u.microbatch; };
             r.run(io);
-            for (auto _ : state) actions += r.run(io).actions;
+            for (auto _ : state) {
+                const auto s = r.run(io);
+                actions += s.actions;
+                inside += s.time;
+            }
         },
         std::make_index_sequence<max_stages>{});
-    state.SetLabel(name + (one_loop ? " one loop" : " loop per rank"));
+    state.SetLabel(name + " " + std::to_string(eng.threads()) + (eng.threads() == 1 ? " thread" : " threads"));
     state.counters["actions"] = static_cast<double>(prog.size());
-    state.counters["ns_per_action"] =
+    // From the first action's start to the last action's end, per action.
+    state.counters["ns_per_action"] = inside / static_cast<double>(actions) * 1e9;
+    // Whole run() calls (waking the loops, starting the rank coroutines, waking the caller), per action.
+    state.counters["call_ns_per_action"] =
         benchmark::Counter(static_cast<double>(actions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
@@ -126,7 +128,7 @@ void BM_efficiency(benchmark::State& state)
     const std::string& name = names_cache[static_cast<std::size_t>(state.range(0))];
     const int P = static_cast<int>(state.range(1));
     const auto t = std::chrono::microseconds(state.range(2));
-    const auto prog = program_for(name, P);
+    const auto prog = program_for(name, P, 2 * P);
     const double makespan = tpipe::simulate(prog, per_action_costs{std::chrono::duration<double>(t).count()}).makespan;
     tpipe::cpu_engine eng(P);
     double measured = 0;
@@ -151,6 +153,12 @@ void BM_efficiency(benchmark::State& state)
     state.counters["simulated_ms"] = makespan * 1e3;
     state.counters["efficiency"] = makespan / mean;
     state.counters["overhead_ns_per_action"] = (mean - makespan) / static_cast<double>(prog.size()) * 1e9;
+}
+
+double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
 }
 
 //! Forward-only program: P ranks, stage r on rank r, T units; each token flows 0 -> P-1.
@@ -204,17 +212,14 @@ void BM_peer_tbb(benchmark::State& state)
     const auto t = std::chrono::nanoseconds(state.range(1));
     const int T = 1000;
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int D = std::min(P, cores);
     const auto prog = forward_only(P, T);
-    tpipe::cpu_engine eng(D);
+    tpipe::cpu_engine eng(P);  // P devices on min(P, cores) threads, like oneTBB's arena
     tpipe::run_options opts;
     opts.validate = false;  // forward only: no backward actions on purpose
-    opts.device_of_rank = blocked(P, D);
     // Ideal time of T tokens through P serial stages of work t on `cores` workers.
     const double work = std::chrono::duration<double>(t).count();
     const double ideal = std::max((T + P - 1) * work, T * P * work / cores);
-    double tp = 0, tb = 0;
-    std::size_t n = 0;
+    std::vector<double> tp, ti, tb;
     with_spin_pipeline(
         P, t,
         [&](auto& pipe) {
@@ -224,20 +229,27 @@ void BM_peer_tbb(benchmark::State& state)
             r.run(io);
             tbb_pipeline_seconds(P, T, t, 2 * cores);
             for (auto _ : state) {
-                const double a = r.run(io).time;
+                // Wall time of the whole call on both sides, like for like.
+                const auto start = clock_type::now();
+                const double in = r.run(io).time;
+                const double a = std::chrono::duration<double>(clock_type::now() - start).count();
                 const double b = tbb_pipeline_seconds(P, T, t, 2 * cores);
                 state.SetIterationTime(a);
-                tp += a;
-                tb += b;
-                ++n;
+                tp.push_back(a);
+                ti.push_back(in);
+                tb.push_back(b);
             }
         },
         std::make_index_sequence<max_stages>{});
-    const double per_tp = (tp / static_cast<double>(n) - ideal) / T * 1e9;
-    const double per_tb = (tb / static_cast<double>(n) - ideal) / T * 1e9;
-    state.SetLabel("tokens=" + std::to_string(T) + " threads=" + std::to_string(D));
+    // Medians: a preemption of one iteration (this machine is a shared VM) does not move them.
+    const double per_tp = (median(tp) - ideal) / T * 1e9;
+    const double per_tb = (median(tb) - ideal) / T * 1e9;
+    const double per_ti = (median(ti) - ideal) / T * 1e9;
+    state.SetLabel("tokens=" + std::to_string(T) + " threads=" + std::to_string(eng.threads()));
     state.counters["tpipe_overhead_ns_per_token"] = per_tp;
     state.counters["tbb_overhead_ns_per_token"] = per_tb;
+    // Without the call's fixed costs (setup, waking the caller): first action to last.
+    state.counters["tpipe_in_iteration_ns_per_token"] = per_ti;
     state.counters["ratio_tpipe_over_tbb"] = per_tb > 0 ? per_tp / per_tb : 0;
 }
 
@@ -245,7 +257,7 @@ void overhead_args(benchmark::internal::Benchmark* b)
 {
     for (int s = 0; s < static_cast<int>(names_cache.size()); ++s)
         for (int P = 2; P <= 8; ++P)
-            for (int placement = 0; placement <= 1; ++placement) b->Args({s, P, placement});
+            for (int mode : {default_threads, thread_per_rank, one_thread}) b->Args({s, P, mode});
 }
 
 void efficiency_args(benchmark::internal::Benchmark* b)
@@ -260,7 +272,7 @@ BENCHMARK(BM_efficiency)->Apply(efficiency_args)->UseManualTime()->Iterations(10
 BENCHMARK(BM_peer_tbb)
     ->ArgsProduct({{2, 4, 8}, {0, 1000}})
     ->UseManualTime()
-    ->MinTime(0.2)
+    ->MinTime(0.5)
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();

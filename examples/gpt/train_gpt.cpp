@@ -330,7 +330,9 @@ int train(const options& o)
     for (int step = 1; step <= o.steps; ++step) {
         const auto b = gpt::sample_batch(text, o.batch, o.cfg.seq_len, data_rng);
         const auto t0 = std::chrono::steady_clock::now();
-        const double loss = model.step(b, prog, engine, &stats);
+        tpipe::run_options ro;
+        ro.trace = !o.trace.empty() && step == o.steps;  // the trace file shows the last step
+        const double loss = model.step(b, prog, engine, &stats, ro);
         opt.step(params);
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         elapsed += dt;

@@ -55,7 +55,7 @@ void check_pipelined_equals_sequential(const tpipe::program& prog, tpipe::cpu_en
     CHECK(got.states == want.states);
     const auto lowered = tpipe::lower(prog);
     CHECK(stats.actions == lowered.size());
-    CHECK(stats.events.size() == lowered.size());
+    CHECK(stats.events.size() == (opts.trace ? lowered.size() : 0));
     const auto sim = tpipe::simulate(prog, tpipe::uniform_costs{});
     CHECK(stats.peak_activations == sim.peak_activations);
     for (const auto& e : stats.events) {  // (1 us of slack: timestamps come from per-core TSCs)
@@ -82,9 +82,11 @@ TEST_CASE("pipelined equals sequential for every schedule, slicing and rank coun
                 CAPTURE(name, sl.name, P);
                 synth::with_stage_count(prog.stages(), [&](auto n) {
                     check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng);
-                    // Same program, every rank on one device (one loop drives several ranks).
+                    // Same program, every rank on one device (one loop drives several ranks),
+                    // every action traced.
                     tpipe::run_options one_device;
                     one_device.device_of_rank.assign(prog.ranks, 0);
+                    one_device.trace = true;
                     check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng, one_device);
                 });
                 ++ran;
@@ -92,6 +94,18 @@ TEST_CASE("pipelined equals sequential for every schedule, slicing and rank coun
         }
     }
     CHECK(ran >= 60);
+}
+
+TEST_CASE("ranks on devices that share a loop thread take turns and stay exact", "[exec][run]")
+{
+    tpipe::cpu_engine eng(4, {.threads = 2});  // ranks 0-1 on one thread, 2-3 on the other
+    for (const char* name : {"gpipe", "1f1b", "zb-h1", "interleaved"}) {
+        CAPTURE(name);
+        const auto prog = tpipe::make_schedule(name).program(tpipe::topology{4}, tpipe::microbatches(8, 2));
+        synth::with_stage_count(prog.stages(), [&](auto n) {
+            check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng);
+        });
+    }
 }
 
 TEST_CASE("zero-bubble schedules fall back to backward() for stages without the split", "[exec][run]")
@@ -169,6 +183,12 @@ TEST_CASE("payloads of different types are moved between stages, never copied", 
     }
     CHECK(stats.ranks == 2);
     CHECK(stats.busy.size() == 2);
+    CHECK(stats.events.empty());
+    CHECK_THROWS_WITH(stats.trace(), Catch::Contains("without run_options::trace"));
+    tpipe::run_options traced;
+    traced.trace = true;
+    stats = tpipe::run(pipe, tpipe::gpipe{}, tpipe::microbatches(4), tpipe::topology{2}, eng, io, traced);
+    CHECK(stats.events.size() == stats.actions);
     CHECK(stats.trace().find("\"traceEvents\"") != std::string::npos);
 }
 

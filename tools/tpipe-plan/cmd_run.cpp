@@ -1,4 +1,4 @@
-// tpipe-plan run: execute a schedule's program on CPU threads (one loop per rank) with stages
+// tpipe-plan run: execute a schedule's program on CPU threads (tpipe::cpu_engine) with stages
 // that spin for a fixed time per action, and compare what really ran with the simulator.
 #include <algorithm>
 #include <chrono>
@@ -23,7 +23,7 @@ namespace {
 
 const char* help = R"(usage: tpipe-plan run --schedule NAME --stages P --microbatches M --spin-us U [options]
 
-Runs the schedule's program on CPU threads (tpipe::cpu_engine, one loop thread per rank) with
+Runs the schedule's program on CPU threads (tpipe::cpu_engine, one device per rank) with
 stages that spin U microseconds in every compute action (F, B, I, W), and compares the measured
 iteration time with the simulated makespan of the same program (every compute costs U, transfers 0).
 
@@ -33,11 +33,14 @@ iteration time with the simulated makespan of the same program (every compute co
   --virtual V         stages per rank for interleaved (default 2)
   --slices S          token slices per microbatch (required by terapipe-*)
   --spin-us U         busy time of every compute action, in microseconds (0: empty stages)
-  --devices D         loop threads (default P); rank r runs on thread r mod D
+  --devices D         devices (default P); rank r runs on device r mod D
+  --threads T         loop threads driving the devices (default: min(D, hardware threads));
+                      devices share threads in contiguous blocks
   --iterations K      measured iterations after one warm-up (default 5); the median is reported
   --idle-spin-us S    how long an idle loop spins before it sleeps (default: 2000 when the
                       threads fit the cores, else 50)
-  --json              print one JSON object instead of the timelines
+  --json              print one JSON object instead of the timelines (actions are then not
+                      traced, unless --trace is given)
   --trace FILE        write a Perfetto/Chrome trace of the median iteration as it really ran
 
 Reports: measured (s), simulated (s), efficiency = simulated / measured,
@@ -137,24 +140,31 @@ int run_command(args& a)
     const double us = args::parse<double>("--spin-us", *spin_us);
     if (!(us >= 0)) throw invalid_argument("--spin-us must be >= 0, got " + *spin_us);
     const int devices = a.number<int>("--devices", opts.ranks);
+    const int threads = a.number<int>("--threads", 0);
     const int iterations = a.number<int>("--iterations", 5);
     const auto idle_spin = a.value("--idle-spin-us");
     const bool as_json = a.flag("--json");
     const auto trace = a.value("--trace");
     a.finish();
     if (devices < 1) throw invalid_argument("--devices must be >= 1, got " + std::to_string(devices));
+    if (threads < 0 || threads > devices)
+        throw invalid_argument("--threads must be in [1, " + std::to_string(devices) + "] (at most one per device), got " +
+                               std::to_string(threads));
     if (iterations < 1) throw invalid_argument("--iterations must be >= 1, got " + std::to_string(iterations));
 
     const program prog = lower(build_program(opts));
     const simulation sim = simulate(prog, per_action_costs{us * 1e-6});
-    loop::options lo = cpu_engine::default_options(devices);
+    cpu_engine::options eo;
+    eo.threads = threads;
     if (idle_spin) {
         const double s = args::parse<double>("--idle-spin-us", *idle_spin);
         if (!(s >= 0)) throw invalid_argument("--idle-spin-us must be >= 0, got " + *idle_spin);
-        lo.spin = std::chrono::nanoseconds(static_cast<long long>(s * 1e3));
+        eo.idle = cpu_engine::default_loop_options(threads == 0 ? cpu_engine::default_threads(devices) : threads);
+        eo.idle->spin = std::chrono::nanoseconds(static_cast<long long>(s * 1e3));
     }
-    cpu_engine eng(devices, lo);
+    cpu_engine eng(devices, eo);
     run_options ro;
+    ro.trace = !as_json || trace.has_value();
     for (int r = 0; r < prog.ranks; ++r) ro.device_of_rank.push_back(r % devices);
     const auto t = std::chrono::nanoseconds(static_cast<long long>(us * 1e3));
     const measured m = dispatch(prog.stages(), prog, eng, ro, t, iterations, std::make_index_sequence<max_stages>{});
@@ -179,6 +189,8 @@ int run_command(args& a)
                          {"ranks", opts.ranks},
                          {"stages", prog.stages()},
                          {"devices", devices},
+                         {"threads", eng.threads()},
+                         {"traced", ro.trace},
                          {"microbatches", opts.microbatches},
                          {"slices", opts.slices},
                          {"spin_us", us},
@@ -200,8 +212,8 @@ int run_command(args& a)
               << text_timeline(m.median.events, m.median.ranks) << "\n"
               << std::fixed << std::setprecision(6) << "measured " << real << " s   simulated " << sim.makespan
               << " s   efficiency " << std::setprecision(4) << efficiency << "   overhead_ns_per_action "
-              << std::setprecision(1) << overhead_ns << "   (" << prog.size() << " actions on " << devices
-              << " threads)\n";
+              << std::setprecision(1) << overhead_ns << "   (" << prog.size() << " actions, " << devices
+              << " devices on " << eng.threads() << " threads)\n";
     return 0;
 }
 

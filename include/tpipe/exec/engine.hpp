@@ -11,9 +11,11 @@
 // awaitable enqueues the function's kernels on the device's compute stream, records a pooled
 // timing-disabled event, registers a tpipe::poller with the device's loop (cudaEventQuery), and
 // suspends; the loop resumes the coroutine when the event completes (or throws the CUDA error).
+#include <algorithm>
 #include <concepts>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -41,38 +43,70 @@ concept engine = requires(E& e, int device, detail::probe_fn fn) {
     { e.compute(device, fn) } -> awaitable_of<int>;
 };
 
-//! CPU threads standing in for devices: one loop thread per device, compute runs inline.
+//! CPU threads standing in for devices. Each device's work runs on a loop thread; compute runs
+//! inline. There are never more loop threads than hardware threads unless asked for: devices
+//! beyond that share loops in contiguous blocks (device d on thread d * threads / devices), so
+//! neighbouring pipeline ranks hand off within one thread and only block edges cross threads.
+//! More spinning loops than cores would turn every hand-off into a sleep and a wake-up.
+struct cpu_engine_options {
+    //! Loop threads; 0: one per device, at most std::thread::hardware_concurrency().
+    int threads = 0;
+    //! The loops' idle spin; empty: cpu_engine::default_loop_options(threads).
+    std::optional<loop::options> idle{};
+};
+
 class cpu_engine {
 public:
+    using options = cpu_engine_options;
+
     //! The idle spin cpu_engine uses when none is given. While an iteration runs: long (2 ms)
     //! when every loop can have a core of its own, so that a receive waiting for a neighbour's
     //! compute wakes without a futex round trip; short (50 us) when loops outnumber the
     //! hardware threads, so that idle loops do not steal cores from busy ones. Between
     //! iterations: 50 us, so that back-to-back iterations find their loops awake. Past the
     //! first 20 us a spinning loop yields its core (see loop::options).
-    static loop::options default_options(int devices)
+    static loop::options default_loop_options(int threads)
     {
         const unsigned hw = std::thread::hardware_concurrency();
         loop::options o;
-        o.spin = (hw != 0 && static_cast<unsigned>(devices) <= hw) ? std::chrono::nanoseconds(std::chrono::milliseconds(2))
+        o.spin = (hw != 0 && static_cast<unsigned>(threads) <= hw) ? std::chrono::nanoseconds(std::chrono::milliseconds(2))
                                                                     : std::chrono::nanoseconds(std::chrono::microseconds(50));
         o.cold_spin = std::chrono::nanoseconds(std::chrono::microseconds(50));
         return o;
     }
 
-    //! `devices` loop threads with the default idle spin; refuses fewer than 1.
-    explicit cpu_engine(int devices) : cpu_engine(devices, default_options(devices)) {}
-
-    //! `devices` loop threads with the given loop options; refuses fewer than 1.
-    cpu_engine(int devices, loop::options opts)
+    //! The loop threads cpu_engine starts for `devices` devices when options::threads is 0.
+    static int default_threads(int devices)
     {
-        if (devices < 1) throw invalid_argument("cpu_engine needs at least 1 device, got " + std::to_string(devices));
-        loops_.reserve(static_cast<std::size_t>(devices));
-        for (int d = 0; d < devices; ++d) loops_.push_back(std::make_unique<loop_thread>(opts));
+        const unsigned hw = std::thread::hardware_concurrency();
+        return hw == 0 ? devices : std::min(devices, static_cast<int>(hw));
     }
 
-    int devices() const noexcept { return static_cast<int>(loops_.size()); }
-    loop& loop_of(int device) { return loops_.at(static_cast<std::size_t>(device))->get(); }
+    //! `devices` devices on options::threads loop threads; refuses fewer than 1 device and a
+    //! thread count outside [0, devices].
+    explicit cpu_engine(int devices, options o = {}) : devices_(devices)
+    {
+        if (devices < 1) throw invalid_argument("cpu_engine needs at least 1 device, got " + std::to_string(devices));
+        if (o.threads < 0 || o.threads > devices)
+            throw invalid_argument("cpu_engine: threads must be in [1, " + std::to_string(devices) +
+                                   "] (at most one per device) or 0 for the default, got " + std::to_string(o.threads));
+        const int threads = o.threads == 0 ? default_threads(devices) : o.threads;
+        const loop::options idle = o.idle ? *o.idle : default_loop_options(threads);
+        loops_.reserve(static_cast<std::size_t>(threads));
+        for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
+    }
+
+    int devices() const noexcept { return devices_; }
+    int threads() const noexcept { return static_cast<int>(loops_.size()); }
+    //! The thread that drives `device`.
+    int thread_of(int device) const
+    {
+        if (device < 0 || device >= devices_)
+            throw invalid_argument("cpu_engine: device " + std::to_string(device) + " is outside [0, " +
+                                   std::to_string(devices_) + ")");
+        return static_cast<int>(static_cast<long long>(device) * threads() / devices_);
+    }
+    loop& loop_of(int device) { return loops_[static_cast<std::size_t>(thread_of(device))]->get(); }
 
     template <class F>
     struct inline_compute {
@@ -90,6 +124,7 @@ public:
     }
 
 private:
+    int devices_ = 0;
     std::vector<std::unique_ptr<loop_thread>> loops_;
 };
 

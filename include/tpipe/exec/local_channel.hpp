@@ -1,11 +1,15 @@
 #pragma once
 // tpipe::local_channel<T>: a channel between two loops of the same process. A message is moved
 // into a per-tag slot and moved out by the receiver: no copy, no allocation, no lock. Each slot
-// is a one-shot rendezvous driven by one atomic state:
+// is a one-shot rendezvous per iteration driven by one atomic word (iteration, state):
 //
-//   empty --send--> full                      (receiver takes it without suspending)
+//   empty --send--> full --take--> taken      (receiver finds it without suspending)
 //   empty --recv suspends--> waiting --send--> full, and the sender posts the receiver to its loop
 //   waiting --cancel--> cancelled, and the canceller posts the receiver (which then throws)
+//
+// A slot whose word names an earlier iteration is empty, so starting the next iteration is one
+// increment when every payload sent was taken; only undelivered payloads make reset() visit
+// the slots.
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
@@ -23,22 +27,28 @@ namespace tpipe {
 
 namespace detail {
 
-enum slot_state : std::uint8_t { slot_empty = 0, slot_full = 1, slot_waiting = 2, slot_cancelled = 3 };
+enum slot_state : std::uint32_t { slot_empty = 0, slot_full = 1, slot_waiting = 2, slot_cancelled = 3, slot_taken = 4 };
 
-//! The type-independent part of a slot: its state and the receiver waiting on it.
+//! A slot's atomic word: the iteration it was last written in, and its state then.
+constexpr std::uint32_t slot_word(std::uint32_t iteration, slot_state s) noexcept { return iteration << 3 | s; }
+
+//! The type-independent part of a slot: its word and the receiver waiting on it.
 struct slot_header {
-    std::atomic<std::uint8_t> state{slot_empty};
+    std::atomic<std::uint32_t> word{0};
     loop* home = nullptr;          //!< the waiting receiver's loop
     wake_node* waiter = nullptr;   //!< its queue entry (inside its awaiter)
 };
 
-//! The type-independent part of a channel: cancellation.
+//! The type-independent part of a channel: the current iteration and cancellation.
 class channel_base {
 public:
     bool cancelled() const noexcept { return cancelled_.load(std::memory_order_seq_cst); }
+    //! The word of a slot in `s` during the current iteration.
+    std::uint32_t word(slot_state s) const noexcept { return slot_word(iteration_, s); }
 
 protected:
     std::atomic<bool> cancelled_{false};
+    std::uint32_t iteration_ = 1;  //!< words of other iterations read as empty (0 is never current)
 };
 
 //! Awaits until a slot is full (or the channel is cancelled). Type-independent, so the runtime
@@ -49,22 +59,25 @@ public:
 
     bool await_ready() const noexcept
     {
-        return slot_.state.load(std::memory_order_acquire) == slot_full || channel_.cancelled();
+        return slot_.word.load(std::memory_order_acquire) == channel_.word(slot_full) || channel_.cancelled();
     }
     bool await_suspend(std::coroutine_handle<> h) noexcept
     {
         node_.handle = h;
         slot_.home = loop::current();
         slot_.waiter = &node_;
-        std::uint8_t expected = slot_empty;
-        if (!slot_.state.compare_exchange_strong(expected, slot_waiting, std::memory_order_seq_cst,
-                                                 std::memory_order_acquire))
-            return false;  // it became full meanwhile
+        const std::uint32_t full = channel_.word(slot_full);
+        std::uint32_t seen = slot_.word.load(std::memory_order_acquire);
+        // Only the sender changes the word meanwhile (to full), so this retries at most once.
+        do {
+            if (seen == full) return false;  // it became full meanwhile
+        } while (!slot_.word.compare_exchange_weak(seen, channel_.word(slot_waiting), std::memory_order_seq_cst,
+                                                   std::memory_order_acquire));
         if (channel_.cancelled()) {
             // A cancel may have scanned this slot before we registered: take the wait back.
-            expected = slot_waiting;
-            if (slot_.state.compare_exchange_strong(expected, slot_empty, std::memory_order_seq_cst,
-                                                    std::memory_order_acquire))
+            std::uint32_t expected = channel_.word(slot_waiting);
+            if (slot_.word.compare_exchange_strong(expected, channel_.word(slot_empty), std::memory_order_seq_cst,
+                                                   std::memory_order_acquire))
                 return false;
             // Otherwise a sender or the canceller owns the wake-up and will post us.
         }
@@ -93,22 +106,32 @@ public:
     local_channel(const local_channel&) = delete;
     local_channel& operator=(const local_channel&) = delete;
 
-    //! Starts a new iteration with room for tags [0, tags); drops undelivered payloads.
+    //! Starts a new iteration with room for tags [0, tags); drops undelivered payloads. O(1)
+    //! when the number of tags is unchanged and every payload sent was taken.
     void reset(int tags)
     {
         if (tags < 0) throw invalid_argument("local_channel: the number of tags must be >= 0");
+        cancelled_.store(false, std::memory_order_seq_cst);
+        const bool drained = sent_.load(std::memory_order_relaxed) == taken_.load(std::memory_order_relaxed);
+        sent_.store(0, std::memory_order_relaxed);
+        taken_.store(0, std::memory_order_relaxed);
         if (tags != tags_) {
             slots_ = std::make_unique<slot[]>(static_cast<std::size_t>(tags));
             tags_ = tags;
-        } else {
-            for (int i = 0; i < tags_; ++i) {
-                slots_[i].value.reset();
-                slots_[i].state.store(detail::slot_empty, std::memory_order_relaxed);
-                slots_[i].home = nullptr;
-                slots_[i].waiter = nullptr;
-            }
+            iteration_ = 1;
+            return;
         }
-        cancelled_.store(false, std::memory_order_seq_cst);
+        if (drained && iteration_ < max_iteration) {
+            ++iteration_;  // every slot now reads as empty
+            return;
+        }
+        for (int i = 0; i < tags_; ++i) {
+            slots_[i].value.reset();
+            slots_[i].word.store(0, std::memory_order_relaxed);
+            slots_[i].home = nullptr;
+            slots_[i].waiter = nullptr;
+        }
+        iteration_ = 1;
     }
 
     int tags() const noexcept { return tags_; }
@@ -117,11 +140,13 @@ public:
     void put(int tag, T&& v)
     {
         slot& s = at(tag);
-        if (s.state.load(std::memory_order_acquire) == detail::slot_full)
+        const std::uint32_t w = s.word.load(std::memory_order_acquire);
+        if (w == word(detail::slot_full) || w == word(detail::slot_taken))
             throw error("local_channel: tag " + std::to_string(tag) + " was sent twice in one iteration");
-        s.value.emplace(std::move(v));
-        const std::uint8_t before = s.state.exchange(detail::slot_full, std::memory_order_acq_rel);
-        if (before == detail::slot_waiting) s.home->post(s.waiter);
+        s.value.emplace(std::move(v));  // (replaces a payload an earlier iteration left undelivered)
+        sent_.fetch_add(1, std::memory_order_relaxed);
+        const std::uint32_t before = s.word.exchange(word(detail::slot_full), std::memory_order_acq_rel);
+        if (before == word(detail::slot_waiting)) s.home->post(s.waiter);
     }
 
     //! Eager send: the payload is in the channel when this returns; awaiting it completes at once.
@@ -134,18 +159,19 @@ public:
     //! True when the payload of `tag` has arrived and was not taken yet (receiver side).
     bool ready(int tag) const noexcept
     {
-        return tag >= 0 && tag < tags_ && slots_[tag].state.load(std::memory_order_acquire) == detail::slot_full &&
-               slots_[tag].value.has_value();
+        return tag >= 0 && tag < tags_ && slots_[tag].word.load(std::memory_order_acquire) == word(detail::slot_full);
     }
 
     //! Moves the arrived payload of `tag` out (receiver side; requires ready(tag)).
     T take(int tag)
     {
         slot& s = at(tag);
-        if (s.state.load(std::memory_order_acquire) != detail::slot_full || !s.value)
+        if (s.word.load(std::memory_order_acquire) != word(detail::slot_full))
             throw error("local_channel: tag " + std::to_string(tag) + " was taken before it arrived or twice");
         T v = std::move(*s.value);
         s.value.reset();
+        s.word.store(word(detail::slot_taken), std::memory_order_relaxed);
+        taken_.fetch_add(1, std::memory_order_relaxed);
         return v;
     }
 
@@ -179,9 +205,9 @@ public:
         cancelled_.store(true, std::memory_order_seq_cst);
         for (int i = 0; i < tags_; ++i) {
             slot& s = slots_[i];
-            std::uint8_t expected = detail::slot_waiting;
-            if (s.state.compare_exchange_strong(expected, detail::slot_cancelled, std::memory_order_seq_cst,
-                                                std::memory_order_relaxed))
+            std::uint32_t expected = word(detail::slot_waiting);
+            if (s.word.compare_exchange_strong(expected, word(detail::slot_cancelled), std::memory_order_seq_cst,
+                                               std::memory_order_relaxed))
                 s.home->post(s.waiter);
         }
     }
@@ -197,8 +223,14 @@ private:
         return slots_[tag];
     }
 
+    static constexpr std::uint32_t max_iteration = ~std::uint32_t{0} >> 3;
+
     std::unique_ptr<slot[]> slots_;
     int tags_ = -1;
+    // Counted on the sender's and the receiver's side (separate cache lines): equal after an
+    // iteration that delivered everything it sent.
+    alignas(64) std::atomic<std::uint64_t> sent_{0};
+    alignas(64) std::atomic<std::uint64_t> taken_{0};
 };
 
 } // namespace tpipe

@@ -95,13 +95,19 @@ public:
         wake_node* head = remote_.load(std::memory_order_relaxed);
         do n->next = head;
         while (!remote_.compare_exchange_weak(head, n, std::memory_order_seq_cst, std::memory_order_relaxed));
-        if (sleeping_.load(std::memory_order_seq_cst)) wake();
+        // Only the first poster that finds the loop asleep pays for the wake-up.
+        if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst)) wake();
         posters_.fetch_sub(1, std::memory_order_release);
     }
 
     //! Marks work in flight on this loop (any thread): while held, an idle loop spins for
-    //! options::spin before sleeping, otherwise for options::cold_spin.
-    void hold() noexcept { holds_.fetch_add(1, std::memory_order_relaxed); }
+    //! options::spin before sleeping, otherwise for options::cold_spin. Wakes the loop if it
+    //! sleeps, so that it spins when the work arrives.
+    void hold() noexcept
+    {
+        holds_.fetch_add(1, std::memory_order_seq_cst);
+        if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst)) wake();
+    }
     void release() noexcept { holds_.fetch_sub(1, std::memory_order_relaxed); }
 
     //! Adds a poller; only from this loop's own thread.
@@ -177,6 +183,12 @@ public:
     {
         epoch_.fetch_add(1, std::memory_order_seq_cst);
         epoch_.notify_one();
+    }
+
+    //! Whether a coroutine waits to be resumed on this loop. Loop thread only.
+    bool has_ready() const noexcept
+    {
+        return local_head_ != nullptr || remote_.load(std::memory_order_relaxed) != nullptr;
     }
 
     //! Resumes everything that is ready now; returns whether anything ran. Loop thread only.

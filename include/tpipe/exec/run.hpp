@@ -58,6 +58,10 @@ struct run_options {
     std::vector<int> device_of_rank;                                //!< empty: rank r on device r % devices
     std::chrono::milliseconds watchdog{std::chrono::seconds(60)};   //!< 0: no watchdog
     bool validate = true;                                           //!< tpipe::validate the program first
+    //! Record every action's interval into run_stats::events (for trace(), text_timeline,
+    //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
+    //! action and none per send or receive.
+    bool trace = false;
 };
 
 //! What an iteration did. Times are seconds since the iteration started.
@@ -68,10 +72,18 @@ struct run_stats {
     std::vector<int> peak_activations;   //!< per rank, most units alive at once (F done, B/W not)
     std::vector<int> device_of_rank;
     std::size_t actions = 0;             //!< actions executed (compute and communication)
-    std::vector<timed_action> events;    //!< what ran, per rank in order (same form as the simulator)
+    //! With run_options::trace: what ran, per rank in order (same form as the simulator).
+    std::vector<timed_action> events;
 
-    //! Perfetto/Chrome trace of what ran (the simulator's exporter).
-    std::string trace(const std::string& title = "tpipe run") const { return chrome_trace(events, ranks, title); }
+    //! Perfetto/Chrome trace of what ran (the simulator's exporter). Throws tpipe::error if the
+    //! iteration ran without run_options::trace.
+    std::string trace(const std::string& title = "tpipe run") const
+    {
+        if (events.empty() && actions > 0)
+            throw error("run_stats::trace: the iteration was run without run_options::trace = true, so no events "
+                        "were recorded");
+        return chrome_trace(events, ranks, title);
+    }
 };
 
 //! The user's end of the pipeline: first input, loss gradient, first input gradient.
@@ -105,10 +117,14 @@ struct boundary {
     std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
     std::vector<std::optional<T>> seed;      //!< last stage only: loss gradient per unit
 
-    void reset(int units)
+    //! Starts an iteration. The per-unit storage is emptied by consumption (every value taken is
+    //! reset), so it is cleared only when asked (after a failed iteration, which may have left
+    //! payloads behind); the channels drop undelivered payloads themselves.
+    void reset(int units, bool clear_storage)
     {
         fwd.reset(units);
         bwd.reset(units);
+        if (!clear_storage) return;
         for (auto* v : {&act_out, &grad_out, &seed}) {
             v->clear();  // keeps the capacity: no allocation after the first iteration
             v->resize(static_cast<std::size_t>(units));
@@ -190,11 +206,12 @@ public:
             if (d < 0 || d >= eng_.devices())
                 throw invalid_argument("device_of_rank names device " + std::to_string(d) + " but the engine has " +
                                        std::to_string(eng_.devices()) + " devices");
-        std::apply([&](auto&... b) { (b.reset(U_), ...); }, bounds_);
+        std::apply([&](auto&... b) { (b.reset(U_, true), ...); }, bounds_);
         compile();
         progress_ = std::make_unique<detail::rank_progress[]>(static_cast<std::size_t>(R_));
         events_.resize(static_cast<std::size_t>(R_));
         busy_.assign(static_cast<std::size_t>(R_), 0.0);
+        done_.assign(static_cast<std::size_t>(R_), 0);
         peak_.assign(static_cast<std::size_t>(R_), 0);
     }
 
@@ -210,31 +227,27 @@ public:
             if (!io.loss)
                 throw invalid_argument("run: the last stage's output type is not default-constructible, so io.loss "
                                        "must provide the gradient that seeds backward");
-        io_ = &io;
-        if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_), ...); }, bounds_);
-        cancel_.store(false, std::memory_order_relaxed);
-        error_ = nullptr;
-        end_ = 0;
-        remaining_ = R_;
-        for (int r = 0; r < R_; ++r) {
-            progress_[r].at.store(0, std::memory_order_relaxed);
-            progress_[r].finished.store(false, std::memory_order_relaxed);
-            events_[r].clear();
-            busy_[r] = 0;
-            peak_[r] = 0;
-        }
+        // Holding a loop wakes it if it sleeps, so that it is spinning by the time the ranks are
+        // posted (the wake-up overlaps the setup below). Each rank releases its hold when done.
+        for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).hold();
         std::vector<task<void>> tasks;
         std::vector<detail::root> roots;
         std::vector<wake_node> starts(static_cast<std::size_t>(R_));
-        tasks.reserve(static_cast<std::size_t>(R_));
-        roots.reserve(static_cast<std::size_t>(R_));
-        for (int r = 0; r < R_; ++r) {
-            tasks.push_back(rank_main(r));
-            roots.push_back(detail::make_root<void>(tasks.back().handle()));
-            roots.back().on_done(&runner::root_done, this);
-            starts[r].handle = roots.back().handle();
+        try {
+            prepare();
+            tasks.reserve(static_cast<std::size_t>(R_));
+            roots.reserve(static_cast<std::size_t>(R_));
+            for (int r = 0; r < R_; ++r) {
+                tasks.push_back(rank_main(r));
+                roots.push_back(detail::make_root<void>(tasks.back().handle()));
+                roots.back().on_done(&runner::root_done, this);
+                starts[r].handle = roots.back().handle();
+            }
+        } catch (...) {
+            for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).release();
+            throw;
         }
-        for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).hold();
+        io_ = &io;
         spt_ = detail::tick_clock::seconds_per_tick();
         t0_ = detail::tick_clock::now();
         for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).post(&starts[r]);
@@ -242,6 +255,7 @@ public:
         roots.clear();
         tasks.clear();
         io_ = nullptr;
+        failed_ = error_ != nullptr;
         if (error_) std::rethrow_exception(error_);
 
         run_stats s;
@@ -250,14 +264,36 @@ public:
         s.busy = busy_;
         s.peak_activations = peak_;
         s.device_of_rank = device_;
-        for (const auto& ev : events_) {
-            s.actions += ev.size();
-            s.events.insert(s.events.end(), ev.begin(), ev.end());
+        for (std::size_t n : done_) s.actions += n;
+        if (opts_.trace) {
+            s.events.reserve(s.actions);
+            for (const auto& ev : events_) s.events.insert(s.events.end(), ev.begin(), ev.end());
         }
         return s;
     }
 
 private:
+    //! Per-iteration state back to the start: storage, channels, counters.
+    void prepare()
+    {
+        // A clean iteration of a complete program leaves no payload behind (the forward-only
+        // seeds of a program without backward are replaced when written).
+        if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_, failed_), ...); }, bounds_);
+        cancel_.store(false, std::memory_order_relaxed);
+        error_ = nullptr;
+        end_ = 0;
+        remaining_ = R_;
+        for (int r = 0; r < R_; ++r) {
+            progress_[r].at.store(0, std::memory_order_relaxed);
+            progress_[r].finished.store(false, std::memory_order_relaxed);
+            events_[r].clear();
+            if (opts_.trace) events_[r].reserve(steps_[r].size());
+            busy_[r] = 0;
+            done_[r] = 0;
+            peak_[r] = 0;
+        }
+    }
+
     template <std::size_t I>
     using stage_t = typename Pipe::template stage_type<I>;
     template <std::size_t I>
@@ -432,18 +468,16 @@ private:
                 compile_step(st, std::make_index_sequence<stages>{});
                 steps_[r].push_back(st);
             }
-        for (int r = 0; r < R_; ++r) {
-            events_.resize(static_cast<std::size_t>(R_));
-            events_[r].reserve(steps_[r].size());
-        }
     }
 
     // ---- the rank coroutine -------------------------------------------------------------------
-    double clock() const noexcept
+    //! Seconds since the start of the iteration.
+    double seconds(std::uint64_t tick) const noexcept
     {
         // Signed: TSCs of different cores may differ by a few ticks.
-        return static_cast<double>(static_cast<std::int64_t>(detail::tick_clock::now() - t0_)) * spt_;
+        return static_cast<double>(static_cast<std::int64_t>(tick - t0_)) * spt_;
     }
+    double clock() const noexcept { return seconds(detail::tick_clock::now()); }
 
     task<void> rank_main(int r)
     {
@@ -452,32 +486,48 @@ private:
         auto& prog = progress_[r];
         const int dev = device_[r];
         loop& home = eng_.loop_of(dev);
-        // Ranks that share a device take turns after each compute, so that a rank that never
-        // waits cannot hold its neighbours (and the ranks downstream of them) back.
-        const bool shared = std::count(device_.begin(), device_.end(), dev) > 1;
-        double busy = 0;
+        const bool trace = opts_.trace;
+        // Ranks that share a loop take turns: a rank that has computed since it last suspended
+        // lets the other ready ranks of its loop run before its next compute, so that a rank
+        // that never waits cannot hold its neighbours (and the ranks downstream of them) back.
+        const bool shared = std::count_if(device_.begin(), device_.end(),
+                                          [&](int d) { return &eng_.loop_of(d) == &home; }) > 1;
+        bool owes_turn = false;
+        std::int64_t busy = 0;  // ticks; signed, as TSCs of different cores may differ by a few
+        std::size_t done = 0;
         int live = 0, peak = 0;
         for (std::size_t i = 0; i < steps.size(); ++i) {
             if (cancel_.load(std::memory_order_relaxed)) break;
             const step& st = steps[i];
             prog.at.store(i + 1, std::memory_order_relaxed);
             try {
-                const double start = clock();
+                const bool compute = is_compute(st.a.kind);
+                if (compute && owes_turn && home.has_ready()) co_await home.yield();
+                const std::uint64_t start = trace || compute ? detail::tick_clock::now() : 0;
                 switch (st.a.kind) {
                 case op::RECV_F:
-                case op::RECV_B: co_await detail::slot_wait(*st.chan, *st.slot); break;
+                case op::RECV_B: {
+                    detail::slot_wait arrival(*st.chan, *st.slot);
+                    const bool waits = !arrival.await_ready();
+                    co_await arrival;
+                    owes_turn = owes_turn && !waits;
+                    break;
+                }
                 case op::SEND_F:
                 case op::SEND_B: st.run(*this, st.u); break;
                 default: co_await eng_.compute(dev, [this, &st] { st.run(*this, st.u); });
                 }
-                const double end = clock();
-                ev.push_back(timed_action{r, st.a, start, end});
-                if (is_compute(st.a.kind)) {
-                    busy += end - start;
-                    if (st.a.kind == op::F) peak = std::max(peak, ++live);
-                    else if (st.a.kind != op::I) --live;
-                    if (shared) co_await home.yield();
+                if (trace || compute) {
+                    const std::uint64_t end = detail::tick_clock::now();
+                    if (trace) ev.push_back(timed_action{r, st.a, seconds(start), seconds(end)});
+                    if (compute) {
+                        busy += static_cast<std::int64_t>(end - start);
+                        if (st.a.kind == op::F) peak = std::max(peak, ++live);
+                        else if (st.a.kind != op::I) --live;
+                        owes_turn = shared;
+                    }
                 }
+                ++done;
             } catch (const operation_cancelled&) {
                 break;
             } catch (...) {
@@ -485,8 +535,9 @@ private:
                 break;
             }
         }
-        busy_[r] = busy;
+        busy_[r] = static_cast<double>(busy) * spt_;
         peak_[r] = peak;
+        done_[r] = done;
         prog.finished.store(true, std::memory_order_relaxed);
         home.release();
     }
@@ -600,9 +651,11 @@ private:
     std::vector<std::vector<timed_action>> events_;
     std::unique_ptr<detail::rank_progress[]> progress_;
     std::vector<double> busy_;
+    std::vector<std::size_t> done_;  //!< per rank, actions executed
     std::vector<int> peak_;
     const io_type* io_ = nullptr;
     std::size_t iterations_ = 0;
+    bool failed_ = false;    //!< the last iteration failed (its storage may hold payloads)
     std::uint64_t t0_ = 0;   //!< tick_clock at the start of the iteration
     double spt_ = 0;         //!< seconds per tick
     std::atomic<bool> cancel_{false};

@@ -1,0 +1,118 @@
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "tpipe/exec/engine.hpp"
+#include "tpipe/exec/local_channel.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/exec/task.hpp"
+#include "tpipe/exec/when_all.hpp"
+
+namespace {
+
+tpipe::task<void> send_all(tpipe::loop& on, tpipe::local_channel<std::unique_ptr<int>>& c, int n, int base)
+{
+    co_await on.schedule();
+    for (int t = 0; t < n; ++t) co_await c.send(t, std::make_unique<int>(base + t));
+}
+
+tpipe::task<std::vector<int>> recv_all(tpipe::loop& on, tpipe::local_channel<std::unique_ptr<int>>& c, int n)
+{
+    co_await on.schedule();
+    std::vector<int> got;
+    for (int t = n - 1; t >= 0; --t) got.push_back(*co_await c.recv(t));  // any order of tags
+    co_return got;
+}
+
+} // namespace
+
+TEST_CASE("a local channel moves payloads between loops, iteration after iteration", "[exec][channel]")
+{
+    tpipe::loop_thread a, b;
+    tpipe::local_channel<std::unique_ptr<int>> c(64);
+    for (int it = 0; it < 50; ++it) {
+        if (it > 0) c.reset(64);  // drained: starts the next iteration without visiting the slots
+        for (int t = 0; t < 64; ++t) CHECK_FALSE(c.ready(t));
+        auto [done, got] = tpipe::sync_wait(tpipe::when_all(send_all(a.get(), c, 64, 1000 * it), recv_all(b.get(), c, 64)));
+        (void)done;
+        REQUIRE(got.size() == 64);
+        for (int k = 0; k < 64; ++k) CHECK(got[k] == 1000 * it + 63 - k);
+    }
+}
+
+TEST_CASE("a local channel refuses a tag sent twice or taken twice in one iteration", "[exec][channel]")
+{
+    tpipe::local_channel<int> c(2);
+    c.put(0, 1);
+    CHECK_THROWS_WITH(c.put(0, 2), Catch::Contains("sent twice"));
+    CHECK(c.take(0) == 1);
+    CHECK_THROWS_WITH(c.put(0, 3), Catch::Contains("sent twice"));  // taken counts as sent
+    CHECK_THROWS_WITH(c.take(0), Catch::Contains("taken before it arrived or twice"));
+    CHECK_THROWS_WITH(c.take(1), Catch::Contains("taken before it arrived or twice"));
+    CHECK_THROWS_WITH(c.put(2, 0), Catch::Contains("outside [0, 2)"));
+    c.reset(2);
+    c.put(0, 4);  // a new iteration: the tag is free again
+    CHECK(c.take(0) == 4);
+}
+
+TEST_CASE("reset drops the payloads an iteration left undelivered", "[exec][channel]")
+{
+    auto counted = std::make_shared<int>(7);
+    tpipe::local_channel<std::shared_ptr<int>> c(3);
+    c.put(0, std::shared_ptr<int>(counted));
+    c.put(1, std::shared_ptr<int>(counted));
+    (void)c.take(1);
+    CHECK(counted.use_count() == 2);  // tag 0 still holds one
+    c.reset(3);
+    CHECK(counted.use_count() == 1);
+    CHECK_FALSE(c.ready(0));
+    c.put(0, std::shared_ptr<int>(counted));
+    CHECK(c.ready(0));
+}
+
+TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]")
+{
+    tpipe::loop_thread a;
+    tpipe::local_channel<int> c(1);
+    auto waiter = [&]() -> tpipe::task<bool> {
+        co_await a.get().schedule();
+        try {
+            (void)co_await c.recv(0);
+        } catch (const tpipe::operation_cancelled&) {
+            co_return true;
+        }
+        co_return false;
+    };
+    auto canceller = [&]() -> tpipe::task<void> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        c.cancel();
+        co_return;
+    };
+    auto [cancelled, none] = tpipe::sync_wait(tpipe::when_all(waiter(), canceller()));
+    (void)none;
+    CHECK(cancelled);
+    c.reset(1);  // usable again
+    c.put(0, 5);
+    CHECK(c.take(0) == 5);
+}
+
+TEST_CASE("cpu_engine drives devices on at most one thread per device, in contiguous blocks", "[exec][engine]")
+{
+    tpipe::cpu_engine two(8, {.threads = 2});
+    CHECK(two.devices() == 8);
+    CHECK(two.threads() == 2);
+    for (int d = 0; d < 8; ++d) CHECK(two.thread_of(d) == d / 4);
+    CHECK(&two.loop_of(0) == &two.loop_of(3));
+    CHECK(&two.loop_of(3) != &two.loop_of(4));
+    CHECK_THROWS_AS(two.thread_of(8), tpipe::invalid_argument);
+
+    tpipe::cpu_engine dflt(3);
+    const unsigned hw = std::thread::hardware_concurrency();
+    CHECK(dflt.threads() == (hw == 0 ? 3 : std::min(3, static_cast<int>(hw))));
+
+    CHECK_THROWS_WITH(tpipe::cpu_engine(2, {.threads = 3}), Catch::Contains("threads must be in [1, 2]"));
+    CHECK_THROWS_WITH(tpipe::cpu_engine(2, {.threads = -1}), Catch::Contains("got -1"));
+    CHECK_THROWS_WITH(tpipe::cpu_engine(0), Catch::Contains("at least 1 device"));
+}
