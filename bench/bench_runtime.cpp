@@ -4,7 +4,7 @@
 //                                      (threading 0: cpu_engine's default, min(P, cores) loop threads;
 //                                      1: one loop thread per rank; 2: all ranks on one loop thread)
 // BM_efficiency/<schedule>/P/spin_us   stages that spin: simulated makespan / measured time (1.0 is perfect)
-// BM_peer_tbb/P/spin_ns                P serial stages, forward only, T tokens: tpipe vs oneTBB's
+// BM_peer_tbb/P/spin_ns/one_worker     P serial stages, forward only, T tokens: tpipe vs oneTBB's
 //                                      parallel_pipeline in the same run; per-token overhead (wall time of
 //                                      the whole call on both sides, minus the ideal time) and ratio
 #include <benchmark/benchmark.h>
@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -212,13 +213,18 @@ void BM_peer_tbb(benchmark::State& state)
     const auto t = std::chrono::nanoseconds(state.range(1));
     const int T = 1000;
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    // 0: every core (oneTBB's default arena; tpipe's P devices on min(P, cores) loop threads);
+    // 1: one worker on each side, which leaves placement and load balance out of the comparison.
+    const int workers = state.range(2) == 0 ? cores : 1;
+    std::optional<tbb::global_control> one_worker;
+    if (workers == 1) one_worker.emplace(tbb::global_control::max_allowed_parallelism, 1);
     const auto prog = forward_only(P, T);
-    tpipe::cpu_engine eng(P);  // P devices on min(P, cores) threads, like oneTBB's arena
+    tpipe::cpu_engine eng(P, {.threads = std::min(P, workers)});
     tpipe::run_options opts;
     opts.validate = false;  // forward only: no backward actions on purpose
-    // Ideal time of T tokens through P serial stages of work t on `cores` workers.
+    // Ideal time of T tokens through P serial stages of work t on `workers` workers.
     const double work = std::chrono::duration<double>(t).count();
-    const double ideal = std::max((T + P - 1) * work, T * P * work / cores);
+    const double ideal = std::max((T + P - 1) * work, T * P * work / workers);
     std::vector<double> tp, ti, tb;
     with_spin_pipeline(
         P, t,
@@ -227,13 +233,13 @@ void BM_peer_tbb(benchmark::State& state)
             tpipe::io_for<std::remove_reference_t<decltype(pipe)>> io;
             io.source = [](const tpipe::unit& u) { return u.microbatch; };
             r.run(io);
-            tbb_pipeline_seconds(P, T, t, 2 * cores);
+            tbb_pipeline_seconds(P, T, t, 2 * workers);
             for (auto _ : state) {
                 // Wall time of the whole call on both sides, like for like.
                 const auto start = clock_type::now();
                 const double in = r.run(io).time;
                 const double a = std::chrono::duration<double>(clock_type::now() - start).count();
-                const double b = tbb_pipeline_seconds(P, T, t, 2 * cores);
+                const double b = tbb_pipeline_seconds(P, T, t, 2 * workers);
                 state.SetIterationTime(a);
                 tp.push_back(a);
                 ti.push_back(in);
@@ -270,7 +276,7 @@ void efficiency_args(benchmark::internal::Benchmark* b)
 BENCHMARK(BM_overhead)->Apply(overhead_args)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_efficiency)->Apply(efficiency_args)->UseManualTime()->Iterations(10)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_peer_tbb)
-    ->ArgsProduct({{2, 4, 8}, {0, 1000}})
+    ->ArgsProduct({{2, 4, 8}, {0, 1000}, {0, 1}})
     ->UseManualTime()
     ->MinTime(0.5)
     ->Unit(benchmark::kMicrosecond);

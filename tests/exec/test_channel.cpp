@@ -57,7 +57,7 @@ TEST_CASE("a local channel refuses a tag sent twice or taken twice in one iterat
     CHECK(c.take(0) == 4);
 }
 
-TEST_CASE("reset drops the payloads an iteration left undelivered", "[exec][channel]")
+TEST_CASE("an undelivered payload is destroyed when its slot is reused, or by clear()", "[exec][channel]")
 {
     auto counted = std::make_shared<int>(7);
     tpipe::local_channel<std::shared_ptr<int>> c(3);
@@ -65,11 +65,17 @@ TEST_CASE("reset drops the payloads an iteration left undelivered", "[exec][chan
     c.put(1, std::shared_ptr<int>(counted));
     (void)c.take(1);
     CHECK(counted.use_count() == 2);  // tag 0 still holds one
-    c.reset(3);
-    CHECK(counted.use_count() == 1);
+    c.reset(3);                       // O(1): the next iteration sees every tag empty
     CHECK_FALSE(c.ready(0));
-    c.put(0, std::shared_ptr<int>(counted));
-    CHECK(c.ready(0));
+    CHECK_THROWS_WITH(c.take(0), Catch::Contains("taken before it arrived"));
+    c.put(0, std::make_shared<int>(8));  // replaces the stale payload
+    CHECK(counted.use_count() == 1);
+    CHECK(*c.take(0) == 8);
+    c.put(2, std::shared_ptr<int>(counted));
+    CHECK(counted.use_count() == 2);
+    c.clear();
+    CHECK(counted.use_count() == 1);
+    CHECK_FALSE(c.ready(2));
 }
 
 TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]")

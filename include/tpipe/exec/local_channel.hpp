@@ -8,8 +8,8 @@
 //   waiting --cancel--> cancelled, and the canceller posts the receiver (which then throws)
 //
 // A slot whose word names an earlier iteration is empty, so starting the next iteration is one
-// increment when every payload sent was taken; only undelivered payloads make reset() visit
-// the slots.
+// increment. A payload an iteration left undelivered (after a failure) is destroyed when its
+// slot is written again, or at once by clear().
 #include <atomic>
 #include <coroutine>
 #include <cstdint>
@@ -106,25 +106,27 @@ public:
     local_channel(const local_channel&) = delete;
     local_channel& operator=(const local_channel&) = delete;
 
-    //! Starts a new iteration with room for tags [0, tags); drops undelivered payloads. O(1)
-    //! when the number of tags is unchanged and every payload sent was taken.
+    //! Starts a new iteration with room for tags [0, tags). O(1) when the number of tags is
+    //! unchanged: payloads the last iteration did not deliver stay until their slot is written
+    //! again (call clear() to destroy them now, e.g. after a failure).
     void reset(int tags)
     {
         if (tags < 0) throw invalid_argument("local_channel: the number of tags must be >= 0");
         cancelled_.store(false, std::memory_order_seq_cst);
-        const bool drained = sent_.load(std::memory_order_relaxed) == taken_.load(std::memory_order_relaxed);
-        sent_.store(0, std::memory_order_relaxed);
-        taken_.store(0, std::memory_order_relaxed);
         if (tags != tags_) {
             slots_ = std::make_unique<slot[]>(static_cast<std::size_t>(tags));
             tags_ = tags;
             iteration_ = 1;
-            return;
-        }
-        if (drained && iteration_ < max_iteration) {
+        } else if (iteration_ < max_iteration) {
             ++iteration_;  // every slot now reads as empty
-            return;
+        } else {
+            clear();
         }
+    }
+
+    //! Destroys every payload in the channel and starts a new iteration (O(tags)).
+    void clear()
+    {
         for (int i = 0; i < tags_; ++i) {
             slots_[i].value.reset();
             slots_[i].word.store(0, std::memory_order_relaxed);
@@ -132,6 +134,7 @@ public:
             slots_[i].waiter = nullptr;
         }
         iteration_ = 1;
+        cancelled_.store(false, std::memory_order_seq_cst);
     }
 
     int tags() const noexcept { return tags_; }
@@ -144,7 +147,6 @@ public:
         if (w == word(detail::slot_full) || w == word(detail::slot_taken))
             throw error("local_channel: tag " + std::to_string(tag) + " was sent twice in one iteration");
         s.value.emplace(std::move(v));  // (replaces a payload an earlier iteration left undelivered)
-        sent_.fetch_add(1, std::memory_order_relaxed);
         const std::uint32_t before = s.word.exchange(word(detail::slot_full), std::memory_order_acq_rel);
         if (before == word(detail::slot_waiting)) s.home->post(s.waiter);
     }
@@ -171,7 +173,6 @@ public:
         T v = std::move(*s.value);
         s.value.reset();
         s.word.store(word(detail::slot_taken), std::memory_order_relaxed);
-        taken_.fetch_add(1, std::memory_order_relaxed);
         return v;
     }
 
@@ -227,10 +228,6 @@ private:
 
     std::unique_ptr<slot[]> slots_;
     int tags_ = -1;
-    // Counted on the sender's and the receiver's side (separate cache lines): equal after an
-    // iteration that delivered everything it sent.
-    alignas(64) std::atomic<std::uint64_t> sent_{0};
-    alignas(64) std::atomic<std::uint64_t> taken_{0};
 };
 
 } // namespace tpipe

@@ -117,14 +117,16 @@ struct boundary {
     std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
     std::vector<std::optional<T>> seed;      //!< last stage only: loss gradient per unit
 
-    //! Starts an iteration. The per-unit storage is emptied by consumption (every value taken is
-    //! reset), so it is cleared only when asked (after a failed iteration, which may have left
-    //! payloads behind); the channels drop undelivered payloads themselves.
-    void reset(int units, bool clear_storage)
+    //! Starts an iteration. Storage and channels are emptied by consumption (every value taken
+    //! is reset), so they are cleared only when asked: after an iteration that left payloads
+    //! behind (a failure, or a program run unvalidated that sends what it never receives).
+    void reset(int units, bool clear)
     {
         fwd.reset(units);
         bwd.reset(units);
-        if (!clear_storage) return;
+        if (!clear) return;
+        fwd.clear();
+        bwd.clear();
         for (auto* v : {&act_out, &grad_out, &seed}) {
             v->clear();  // keeps the capacity: no allocation after the first iteration
             v->resize(static_cast<std::size_t>(units));
@@ -212,6 +214,7 @@ public:
         events_.resize(static_cast<std::size_t>(R_));
         busy_.assign(static_cast<std::size_t>(R_), 0.0);
         done_.assign(static_cast<std::size_t>(R_), 0);
+        transfers_.assign(static_cast<std::size_t>(R_), 0);
         peak_.assign(static_cast<std::size_t>(R_), 0);
     }
 
@@ -255,7 +258,9 @@ public:
         roots.clear();
         tasks.clear();
         io_ = nullptr;
-        failed_ = error_ != nullptr;
+        std::int64_t undelivered = 0;  // sends minus receives: each receive takes one distinct sent payload
+        for (std::int64_t n : transfers_) undelivered += n;
+        left_payloads_ = error_ != nullptr || undelivered != 0;
         if (error_) std::rethrow_exception(error_);
 
         run_stats s;
@@ -276,9 +281,8 @@ private:
     //! Per-iteration state back to the start: storage, channels, counters.
     void prepare()
     {
-        // A clean iteration of a complete program leaves no payload behind (the forward-only
-        // seeds of a program without backward are replaced when written).
-        if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_, failed_), ...); }, bounds_);
+        // (The loss seeds a program without backward leaves are replaced when written.)
+        if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_, left_payloads_), ...); }, bounds_);
         cancel_.store(false, std::memory_order_relaxed);
         error_ = nullptr;
         end_ = 0;
@@ -290,6 +294,7 @@ private:
             if (opts_.trace) events_[r].reserve(steps_[r].size());
             busy_[r] = 0;
             done_[r] = 0;
+            transfers_[r] = 0;
             peak_[r] = 0;
         }
     }
@@ -302,12 +307,14 @@ private:
     using in_t = stage_input_t<stage_t<I>>;
     using handler = void (*)(runner&, int u);
 
+    //! What the rank coroutine needs of an action, compiled once per runner; 32 bytes, as the
+    //! steps are streamed through once per iteration. The action itself stays in prog_.
     struct step {
-        action a{};
-        int u = 0;                                   //!< dense unit index
         handler run = nullptr;                       //!< compute and send
-        const detail::channel_base* chan = nullptr;  //!< receive: channel and slot waited on
-        detail::slot_header* slot = nullptr;
+        detail::slot_header* slot = nullptr;         //!< receive: slot and channel waited on
+        const detail::channel_base* chan = nullptr;
+        int u = 0;                                   //!< dense unit index
+        op kind = op::F;
     };
 
     template <std::size_t I>
@@ -407,12 +414,10 @@ private:
     }
 
     template <std::size_t S>
-    void compile_step(step& st)
+    void compile_step(const action& a, step& st)
     {
-        auto refuse = [&](const char* why) {
-            throw invalid_program("action '" + to_string(st.a) + "': " + why);
-        };
-        switch (st.a.kind) {
+        auto refuse = [&](const char* why) { throw invalid_program("action '" + to_string(a) + "': " + why); };
+        switch (a.kind) {
         case op::F: st.run = &do_forward<S>; break;
         case op::B: st.run = &do_backward<S, false>; break;
         case op::I: st.run = &do_backward<S, true>; break;
@@ -443,9 +448,9 @@ private:
     }
 
     template <std::size_t... I>
-    void compile_step(step& st, std::index_sequence<I...>)
+    void compile_step(const action& a, step& st, std::index_sequence<I...>)
     {
-        ((st.a.stage == static_cast<int>(I) ? (compile_step<I>(st), 0) : 0), ...);
+        ((a.stage == static_cast<int>(I) ? (compile_step<I>(a, st), 0) : 0), ...);
     }
 
     void compile()
@@ -463,9 +468,9 @@ private:
                 if (!prog_.units.contains(a.microbatch, a.slice))
                     throw invalid_program("action '" + to_string(a) + "' names a unit that is not in the scheme");
                 step st;
-                st.a = a;
+                st.kind = a.kind;
                 st.u = prog_.units.index(a.microbatch, a.slice);
-                compile_step(st, std::make_index_sequence<stages>{});
+                compile_step(a, st, std::make_index_sequence<stages>{});
                 steps_[r].push_back(st);
             }
     }
@@ -495,35 +500,40 @@ private:
         bool owes_turn = false;
         std::int64_t busy = 0;  // ticks; signed, as TSCs of different cores may differ by a few
         std::size_t done = 0;
+        std::int64_t transfers = 0;
         int live = 0, peak = 0;
         for (std::size_t i = 0; i < steps.size(); ++i) {
             if (cancel_.load(std::memory_order_relaxed)) break;
             const step& st = steps[i];
             prog.at.store(i + 1, std::memory_order_relaxed);
             try {
-                const bool compute = is_compute(st.a.kind);
+                const bool compute = is_compute(st.kind);
                 if (compute && owes_turn && home.has_ready()) co_await home.yield();
                 const std::uint64_t start = trace || compute ? detail::tick_clock::now() : 0;
-                switch (st.a.kind) {
+                switch (st.kind) {
                 case op::RECV_F:
                 case op::RECV_B: {
                     detail::slot_wait arrival(*st.chan, *st.slot);
                     const bool waits = !arrival.await_ready();
                     co_await arrival;
                     owes_turn = owes_turn && !waits;
+                    --transfers;
                     break;
                 }
                 case op::SEND_F:
-                case op::SEND_B: st.run(*this, st.u); break;
+                case op::SEND_B:
+                    st.run(*this, st.u);
+                    ++transfers;
+                    break;
                 default: co_await eng_.compute(dev, [this, &st] { st.run(*this, st.u); });
                 }
                 if (trace || compute) {
                     const std::uint64_t end = detail::tick_clock::now();
-                    if (trace) ev.push_back(timed_action{r, st.a, seconds(start), seconds(end)});
+                    if (trace) ev.push_back(timed_action{r, prog_.actions[r][i], seconds(start), seconds(end)});
                     if (compute) {
                         busy += static_cast<std::int64_t>(end - start);
-                        if (st.a.kind == op::F) peak = std::max(peak, ++live);
-                        else if (st.a.kind != op::I) --live;
+                        if (st.kind == op::F) peak = std::max(peak, ++live);
+                        else if (st.kind != op::I) --live;
                         owes_turn = shared;
                     }
                 }
@@ -531,13 +541,14 @@ private:
             } catch (const operation_cancelled&) {
                 break;
             } catch (...) {
-                fail(r, st, std::current_exception());
+                fail(r, i, std::current_exception());
                 break;
             }
         }
         busy_[r] = static_cast<double>(busy) * spt_;
         peak_[r] = peak;
         done_[r] = done;
+        transfers_[r] = transfers;
         prog.finished.store(true, std::memory_order_relaxed);
         home.release();
     }
@@ -558,13 +569,14 @@ private:
         cancel_all();
     }
 
-    void fail(int r, const step& st, std::exception_ptr cause)
+    void fail(int r, std::size_t i, std::exception_ptr cause)
     {
-        const unit& un = units_[st.u];
+        const action& a = prog_.actions[r][i];
+        const unit& un = units_[steps_[r][i].u];
         std::string m = "rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) + "), stage " +
-                        std::to_string(st.a.stage) + ", action " + detail::describe(st.a, un) +
+                        std::to_string(a.stage) + ", action " + detail::describe(a, un) +
                         " failed: " + detail::what_of(cause);
-        set_error(std::make_exception_ptr(execution_error(std::move(m), r, device_[r], st.a, un, cause)));
+        set_error(std::make_exception_ptr(execution_error(std::move(m), r, device_[r], a, un, cause)));
     }
 
     static void root_done(void* p) noexcept
@@ -586,18 +598,17 @@ private:
                 m += progress_[r].finished.load(std::memory_order_relaxed) ? "finished;" : "has not started;";
                 continue;
             }
-            const step& st = steps_[r][at - 1];
-            const std::string here = "at action #" + std::to_string(at - 1) + " '" + to_string(st.a) + "'";
-            if (st.a.kind == op::RECV_F || st.a.kind == op::RECV_B) {
-                const bool fwd = st.a.kind == op::RECV_F;
-                const action partner{st.a.stage + (fwd ? -1 : 1), fwd ? op::SEND_F : op::SEND_B, st.a.microbatch,
-                                     st.a.slice};
+            const action& a = prog_.actions[r][at - 1];
+            const std::string here = "at action #" + std::to_string(at - 1) + " '" + to_string(a) + "'";
+            if (a.kind == op::RECV_F || a.kind == op::RECV_B) {
+                const bool fwd = a.kind == op::RECV_F;
+                const action partner{a.stage + (fwd ? -1 : 1), fwd ? op::SEND_F : op::SEND_B, a.microbatch, a.slice};
                 const int peer = prog_.stage_rank[partner.stage];
                 m += "waits " + here + " for '" + to_string(partner) + "' from rank " + std::to_string(peer);
-                const auto& row = steps_[peer];
+                const auto& row = prog_.actions[peer];
                 const std::size_t peer_at = progress_[peer].at.load(std::memory_order_relaxed);
                 bool ahead = false;
-                for (std::size_t k = peer_at == 0 ? 0 : peer_at - 1; k < row.size(); ++k) ahead |= row[k].a == partner;
+                for (std::size_t k = peer_at == 0 ? 0 : peer_at - 1; k < row.size(); ++k) ahead |= row[k] == partner;
                 m += ahead ? " (not reached yet);" : " (which never sends it);";
             } else {
                 m += "is running " + here + " (the stage function has not returned);";
@@ -651,11 +662,12 @@ private:
     std::vector<std::vector<timed_action>> events_;
     std::unique_ptr<detail::rank_progress[]> progress_;
     std::vector<double> busy_;
-    std::vector<std::size_t> done_;  //!< per rank, actions executed
+    std::vector<std::size_t> done_;        //!< per rank, actions executed
+    std::vector<std::int64_t> transfers_;  //!< per rank, sends minus receives executed
     std::vector<int> peak_;
     const io_type* io_ = nullptr;
     std::size_t iterations_ = 0;
-    bool failed_ = false;    //!< the last iteration failed (its storage may hold payloads)
+    bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
     std::uint64_t t0_ = 0;   //!< tick_clock at the start of the iteration
     double spt_ = 0;         //!< seconds per tick
     std::atomic<bool> cancel_{false};
