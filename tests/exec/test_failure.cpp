@@ -148,3 +148,38 @@ TEST_CASE("cancellation wakes receivers blocked on other devices", "[exec][failu
         });
     }
 }
+
+TEST_CASE("a runner is exact again after a failed iteration (what the failure left behind is dropped)", "[exec][failure]")
+{
+    tpipe::cpu_engine eng(3);
+    const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{3}, tpipe::microbatches(4, 2));
+    auto pipe = synth::make_pipe<true>(std::make_index_sequence<3>{}, 2, synth::fault{2, 1, 'B'});
+    std::vector<synth::vec> outputs(static_cast<std::size_t>(prog.units.units()));
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+        outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
+        return synth::loss_grad(y);
+    };
+    tpipe::runner r(pipe, prog, eng);
+    // The fault hits in the middle: sent activations and gradients are left undelivered.
+    CHECK_THROWS_AS(r.run(io), tpipe::execution_error);
+
+    pipe.stage<2>().f = synth::fault{};
+    auto clean = [](auto& p) {
+        [&]<std::size_t... I>(std::index_sequence<I...>) { ((p.template stage<I>().st = synth::stage_state{}), ...); }(
+            std::make_index_sequence<3>{});
+    };
+    clean(pipe);
+    auto ref = synth::make_pipe<true>(std::make_index_sequence<3>{});
+    const auto want = synth::sequential(ref, prog.units);
+    for (int it = 0; it < 2; ++it) {
+        CAPTURE(it);
+        if (it > 0) clean(pipe);
+        std::fill(outputs.begin(), outputs.end(), synth::vec{});
+        const auto stats = r.run(io);
+        CHECK(outputs == want.outputs);
+        CHECK(synth::states_of(pipe, std::make_index_sequence<3>{}) == want.states);
+        CHECK(stats.actions == r.lowered_program().size());
+    }
+}

@@ -43,11 +43,7 @@ concept engine = requires(E& e, int device, detail::probe_fn fn) {
     { e.compute(device, fn) } -> awaitable_of<int>;
 };
 
-//! CPU threads standing in for devices. Each device's work runs on a loop thread; compute runs
-//! inline. There are never more loop threads than hardware threads unless asked for: devices
-//! beyond that share loops in contiguous blocks (device d on thread d * threads / devices), so
-//! neighbouring pipeline ranks hand off within one thread and only block edges cross threads.
-//! More spinning loops than cores would turn every hand-off into a sleep and a wake-up.
+//! How cpu_engine drives its devices.
 struct cpu_engine_options {
     //! Loop threads; 0: one per device, at most std::thread::hardware_concurrency().
     int threads = 0;
@@ -55,6 +51,11 @@ struct cpu_engine_options {
     std::optional<loop::options> idle{};
 };
 
+//! CPU threads standing in for devices. Each device's work runs on a loop thread; compute runs
+//! inline. There are never more loop threads than hardware threads unless asked for: devices
+//! beyond that share loops in contiguous blocks (device d on thread d * threads / devices), so
+//! neighbouring pipeline ranks hand off within one thread and only block edges cross threads.
+//! More spinning loops than cores would turn every hand-off into a sleep and a wake-up.
 class cpu_engine {
 public:
     using options = cpu_engine_options;

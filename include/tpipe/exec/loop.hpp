@@ -102,11 +102,13 @@ public:
 
     //! Marks work in flight on this loop (any thread): while held, an idle loop spins for
     //! options::spin before sleeping, otherwise for options::cold_spin. Wakes the loop if it
-    //! sleeps, so that it spins when the work arrives.
+    //! sleeps and would spin while held, so that it is spinning when the work arrives.
     void hold() noexcept
     {
         holds_.fetch_add(1, std::memory_order_seq_cst);
-        if (sleeping_.load(std::memory_order_seq_cst) && sleeping_.exchange(false, std::memory_order_seq_cst)) wake();
+        if (opts_.spin.count() > 0 && sleeping_.load(std::memory_order_seq_cst) &&
+            sleeping_.exchange(false, std::memory_order_seq_cst))
+            wake();
     }
     void release() noexcept { holds_.fetch_sub(1, std::memory_order_relaxed); }
 
