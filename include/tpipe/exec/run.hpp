@@ -208,6 +208,11 @@ public:
             if (d < 0 || d >= eng_.devices())
                 throw invalid_argument("device_of_rank names device " + std::to_string(d) + " but the engine has " +
                                        std::to_string(eng_.devices()) + " devices");
+        for (int r = 0; r < R_; ++r) {
+            const loop* home = &eng_.loop_of(device_[r]);
+            shares_loop_.push_back(
+                std::count_if(device_.begin(), device_.end(), [&](int d) { return &eng_.loop_of(d) == home; }) > 1);
+        }
         std::apply([&](auto&... b) { (b.reset(U_, true), ...); }, bounds_);
         compile();
         progress_ = std::make_unique<detail::rank_progress[]>(static_cast<std::size_t>(R_));
@@ -281,7 +286,8 @@ private:
     //! Per-iteration state back to the start: storage, channels, counters.
     void prepare()
     {
-        // (The loss seeds a program without backward leaves are replaced when written.)
+        // Consumption empties storage and channels; a forward-only program's loss seeds are
+        // overwritten when written again.
         if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_, left_payloads_), ...); }, bounds_);
         cancel_.store(false, std::memory_order_relaxed);
         error_ = nullptr;
@@ -495,8 +501,7 @@ private:
         // Ranks that share a loop take turns: a rank that has computed since it last suspended
         // lets the other ready ranks of its loop run before its next compute, so that a rank
         // that never waits cannot hold its neighbours (and the ranks downstream of them) back.
-        const bool shared = std::count_if(device_.begin(), device_.end(),
-                                          [&](int d) { return &eng_.loop_of(d) == &home; }) > 1;
+        const bool shared = shares_loop_[static_cast<std::size_t>(r)];
         bool owes_turn = false;
         std::int64_t busy = 0;  // ticks; signed, as TSCs of different cores may differ by a few
         std::size_t done = 0;
@@ -657,6 +662,7 @@ private:
     int R_ = 0, U_ = 0;
     std::vector<unit> units_;
     std::vector<int> device_;
+    std::vector<bool> shares_loop_;  //!< per rank: another rank runs on the same loop
     typename detail::boundaries_of<Pipe, std::make_index_sequence<stages>>::type bounds_;
     std::vector<std::vector<step>> steps_;
     std::vector<std::vector<timed_action>> events_;
