@@ -69,25 +69,26 @@ struct per_action_costs {
 
 constexpr std::size_t max_stages = 16;
 
-//! Calls f(pipeline of n spin stages) for a run-time n.
-template <class F, std::size_t... N>
-void with_spin_pipeline(int n, std::chrono::nanoseconds t, F&& f, std::index_sequence<N...>)
+//! Calls body(runner, io) with a runner of `prog` over its stage count of spin stages (work t
+//! per action), after running iterations for 0.3 s: storage allocated, and the OS has spread the
+//! new loop threads over the cores (on a 2-vCPU VM both can share one core for the first ~0.2 s).
+template <class Body>
+void with_warm_runner(const tpipe::program& prog, tpipe::cpu_engine& eng, const tpipe::run_options& opts,
+                      std::chrono::nanoseconds t, Body&& body)
 {
     auto one = [&]<std::size_t... I>(std::index_sequence<I...>) {
         auto pipe = tpipe::pipeline(((void)I, spin_stage{t})...);
-        f(pipe);
+        tpipe::runner r(pipe, prog, eng, opts);
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = [](const tpipe::unit& u) { return u.microbatch; };
+        const auto until = clock_type::now() + std::chrono::milliseconds(300);
+        do r.run(io);
+        while (clock_type::now() < until);
+        body(r, io);
     };
-    ((n == static_cast<int>(N + 1) ? (one(std::make_index_sequence<N + 1>{}), true) : false), ...);
-}
-
-//! Runs iterations for 0.3 s: storage allocated, and the OS has spread the new loop threads
-//! over the cores (on a 2-vCPU VM both can share one core for the first ~0.2 s).
-template <class Runner, class Io>
-void warm_up(Runner& r, const Io& io)
-{
-    const auto until = clock_type::now() + std::chrono::milliseconds(300);
-    do r.run(io);
-    while (clock_type::now() < until);
+    [&]<std::size_t... N>(std::index_sequence<N...>) {
+        ((prog.stages() == static_cast<int>(N + 1) ? (one(std::make_index_sequence<N + 1>{}), true) : false), ...);
+    }(std::make_index_sequence<max_stages>{});
 }
 
 std::vector<std::string> names_cache = tpipe::schedule_names();
@@ -111,20 +112,13 @@ void BM_overhead(benchmark::State& state)
     tpipe::cpu_engine eng(P, eo);
     std::size_t actions = 0;
     double inside = 0;
-    with_spin_pipeline(
-        prog.stages(), std::chrono::nanoseconds(0),
-        [&](auto& pipe) {
-            tpipe::runner r(pipe, prog, eng);
-            tpipe::io_for<std::remove_reference_t<decltype(pipe)>> io;
-            io.source = [](const tpipe::unit& u) { return u.microbatch; };
-            warm_up(r, io);
-            for (auto _ : state) {
-                const auto s = r.run(io);
-                actions += s.actions;
-                inside += s.time;
-            }
-        },
-        std::make_index_sequence<max_stages>{});
+    with_warm_runner(prog, eng, tpipe::run_options{}, std::chrono::nanoseconds(0), [&](auto& r, const auto& io) {
+        for (auto _ : state) {
+            const auto s = r.run(io);
+            actions += s.actions;
+            inside += s.time;
+        }
+    });
     state.SetLabel(name + " " + std::to_string(eng.threads()) + (eng.threads() == 1 ? " thread" : " threads"));
     state.counters["actions"] = static_cast<double>(prog.size());
     // From the first action's start to the last action's end, per action.
@@ -149,20 +143,13 @@ void BM_efficiency(benchmark::State& state)
     const double makespan = tpipe::simulate(prog, per_action_costs{std::chrono::duration<double>(t).count()}).makespan;
     tpipe::cpu_engine eng(P);
     std::vector<double> measured;
-    with_spin_pipeline(
-        prog.stages(), t,
-        [&](auto& pipe) {
-            tpipe::runner r(pipe, prog, eng);
-            tpipe::io_for<std::remove_reference_t<decltype(pipe)>> io;
-            io.source = [](const tpipe::unit& u) { return u.microbatch; };
-            warm_up(r, io);
-            for (auto _ : state) {
-                const double s = r.run(io).time;
-                state.SetIterationTime(s);
-                measured.push_back(s);
-            }
-        },
-        std::make_index_sequence<max_stages>{});
+    with_warm_runner(prog, eng, tpipe::run_options{}, t, [&](auto& r, const auto& io) {
+        for (auto _ : state) {
+            const double s = r.run(io).time;
+            state.SetIterationTime(s);
+            measured.push_back(s);
+        }
+    });
     state.SetLabel(name);
     const double mid = median(measured);  // as tpipe-plan run: one preempted iteration does not move it
     state.counters["simulated_ms"] = makespan * 1e3;
@@ -234,27 +221,20 @@ void BM_peer_tbb(benchmark::State& state)
     const double work = std::chrono::duration<double>(t).count();
     const double ideal = std::max((T + P - 1) * work, T * P * work / workers);
     std::vector<double> tp, ti, tb;
-    with_spin_pipeline(
-        P, t,
-        [&](auto& pipe) {
-            tpipe::runner r(pipe, prog, eng, opts);
-            tpipe::io_for<std::remove_reference_t<decltype(pipe)>> io;
-            io.source = [](const tpipe::unit& u) { return u.microbatch; };
-            warm_up(r, io);
-            tbb_pipeline_seconds(P, T, t, 2 * workers);
-            for (auto _ : state) {
-                // Wall time of the whole call on both sides, like for like.
-                const auto start = clock_type::now();
-                const double in = r.run(io).time;
-                const double a = std::chrono::duration<double>(clock_type::now() - start).count();
-                const double b = tbb_pipeline_seconds(P, T, t, 2 * workers);
-                state.SetIterationTime(a);
-                tp.push_back(a);
-                ti.push_back(in);
-                tb.push_back(b);
-            }
-        },
-        std::make_index_sequence<max_stages>{});
+    with_warm_runner(prog, eng, opts, t, [&](auto& r, const auto& io) {
+        tbb_pipeline_seconds(P, T, t, 2 * workers);
+        for (auto _ : state) {
+            // Wall time of the whole call on both sides, like for like.
+            const auto start = clock_type::now();
+            const double in = r.run(io).time;
+            const double a = std::chrono::duration<double>(clock_type::now() - start).count();
+            const double b = tbb_pipeline_seconds(P, T, t, 2 * workers);
+            state.SetIterationTime(a);
+            tp.push_back(a);
+            ti.push_back(in);
+            tb.push_back(b);
+        }
+    });
     // Medians: a preemption of one iteration (this machine is a shared VM) does not move them.
     const double per_tp = (median(tp) - ideal) / T * 1e9;
     const double per_tb = (median(tb) - ideal) / T * 1e9;
