@@ -67,8 +67,6 @@ struct per_action_costs {
     double transfer(tpipe::op, int, int, const tpipe::unit&) const { return 0; }
 };
 
-constexpr std::size_t max_stages = 16;
-
 //! Calls body(runner, io) with a runner of `prog` over its stage count of spin stages (work t
 //! per action), after running iterations for 0.3 s: storage allocated, and the OS has spread the
 //! new loop threads over the cores (on a 2-vCPU VM both can share one core for the first ~0.2 s).
@@ -76,19 +74,15 @@ template <class Body>
 void with_warm_runner(const tpipe::program& prog, tpipe::cpu_engine& eng, const tpipe::run_options& opts,
                       std::chrono::nanoseconds t, Body&& body)
 {
-    auto one = [&]<std::size_t... I>(std::index_sequence<I...>) {
-        auto pipe = tpipe::pipeline(((void)I, spin_stage{t})...);
-        tpipe::runner r(pipe, prog, eng, opts);
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [](const tpipe::unit& u) { return u.microbatch; };
-        const auto until = clock_type::now() + std::chrono::milliseconds(300);
-        do r.run(io);
-        while (clock_type::now() < until);
-        body(r, io);
-    };
-    [&]<std::size_t... N>(std::index_sequence<N...>) {
-        ((prog.stages() == static_cast<int>(N + 1) ? (one(std::make_index_sequence<N + 1>{}), true) : false), ...);
-    }(std::make_index_sequence<max_stages>{});
+    tpipe::uniform_pipeline<spin_stage> pipe(
+        std::vector<spin_stage>(static_cast<std::size_t>(prog.stages()), spin_stage{t}));
+    tpipe::runner r(pipe, prog, eng, opts);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = [](const tpipe::unit& u) { return u.microbatch; };
+    const auto until = clock_type::now() + std::chrono::milliseconds(300);
+    do r.run(io);
+    while (clock_type::now() < until);
+    body(r, io);
 }
 
 std::vector<std::string> names_cache = tpipe::schedule_names();

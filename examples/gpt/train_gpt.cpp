@@ -244,9 +244,10 @@ int train(const options& o)
     }
     const int ranks = o.stages;
     const int stages = ranks * tpipe::stages_per_rank(o.schedule, o.virtual_stages);
-    if (stages > gpt::max_stages)
-        throw usage_error("the GPT pipeline supports at most " + std::to_string(gpt::max_stages) + " stages, got " +
-                          std::to_string(stages));
+    if (stages > o.cfg.layers)
+        throw usage_error("--stages " + std::to_string(ranks) + " with schedule " + o.schedule + " makes " +
+                          std::to_string(stages) + " pipeline stages, but the model has " +
+                          std::to_string(o.cfg.layers) + " layers: every stage needs at least one (raise --layers)");
     const int hw = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
     const int threads_per_part = std::max(1, hw / ranks);
     const bool tty = !o.json && isatty(STDOUT_FILENO);

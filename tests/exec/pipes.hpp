@@ -1,6 +1,6 @@
 #pragma once
-// Helpers for runtime tests: synthetic pipelines of N stages, the sequential reference, and
-// dispatch from a run-time stage count to a compile-time pipeline.
+// Helpers for runtime tests: synthetic pipelines of N stages (typed at compile time, or shaped
+// at run time), and the sequential reference.
 #include <cstddef>
 #include <map>
 #include <utility>
@@ -19,8 +19,32 @@ auto make_pipe(std::index_sequence<I...>, int fault_stage = -1, fault f = {})
                                         static_cast<int>(I) == fault_stage ? f : fault{})...);
 }
 
-template <bool Split, std::size_t N>
-using pipe_t = decltype(make_pipe<Split>(std::make_index_sequence<N>{}));
+//! The same stages as make_pipe, as a pipeline shaped at run time.
+template <bool Split>
+tpipe::uniform_pipeline<stage<Split>> make_uniform(int n, int fault_stage = -1, fault f = {})
+{
+    std::vector<stage<Split>> stages;
+    for (int i = 0; i < n; ++i) stages.emplace_back(i % 2 + 1, i + 1, i == fault_stage ? f : fault{});
+    return tpipe::uniform_pipeline<stage<Split>>(std::move(stages));
+}
+
+template <class Pipe>
+struct stage_of {
+    using type = typename Pipe::template stage_type<0>;
+};
+template <class S>
+struct stage_of<tpipe::uniform_pipeline<S>> {
+    using type = typename tpipe::uniform_pipeline<S>::stage_type;
+};
+
+//! The stage objects of a synthetic pipeline (typed or uniform), in order.
+template <class Pipe>
+std::vector<typename stage_of<Pipe>::type*> stage_list(Pipe& p)
+{
+    std::vector<typename stage_of<Pipe>::type*> v;
+    p.visit_stages([&](std::size_t, auto& s) { v.push_back(&s); });
+    return v;
+}
 
 struct results {
     std::vector<vec> outputs;      // per unit: last stage's output
@@ -28,17 +52,19 @@ struct results {
     std::vector<stage_state> states;
 };
 
-template <class Pipe, std::size_t... I>
-std::vector<stage_state> states_of(Pipe& p, std::index_sequence<I...>)
+template <class Pipe>
+std::vector<stage_state> states_of(Pipe& p)
 {
-    return {p.template stage<I>().st...};
+    std::vector<stage_state> v;
+    for (auto* s : stage_list(p)) v.push_back(s->st);
+    return v;
 }
 
 //! Runs every unit through the stages one after another, without a pipeline.
 template <class Pipe>
 results sequential(Pipe& p, const tpipe::scheme& units)
 {
-    constexpr std::size_t N = Pipe::size;
+    const auto stages = stage_list(p);
     results r;
     r.outputs.resize(units.units());
     r.input_grads.resize(units.units());
@@ -47,34 +73,19 @@ results sequential(Pipe& p, const tpipe::scheme& units)
         for (int s = 0; s < units.slices(m); ++s) {
             const tpipe::unit u = units.at(m, s);
             vec x = source(u);
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-                ((x = p.template stage<I>().forward(u, std::move(x))), ...);
-            }(std::make_index_sequence<N>{});
+            for (auto* st : stages) x = st->forward(u, std::move(x));
             r.outputs[units.index(m, s)] = x;
             seeds[s] = loss_grad(x);
         }
         for (int s = units.slices(m) - 1; s >= 0; --s) {
             const tpipe::unit u = units.at(m, s);
             vec g = seeds[s];
-            [&]<std::size_t... I>(std::index_sequence<I...>) {
-                ((g = p.template stage<N - 1 - I>().backward(u, std::move(g))), ...);
-            }(std::make_index_sequence<N>{});
+            for (auto it = stages.rbegin(); it != stages.rend(); ++it) g = (*it)->backward(u, std::move(g));
             r.input_grads[units.index(m, s)] = g;
         }
     }
-    r.states = states_of(p, std::make_index_sequence<N>{});
+    r.states = states_of(p);
     return r;
-}
-
-//! Calls f(std::integral_constant<std::size_t, N>) for a run-time n in [1, 8].
-template <class F>
-void with_stage_count(int n, F&& f)
-{
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-        bool done = false;
-        ((n == static_cast<int>(I + 1) ? (f(std::integral_constant<std::size_t, I + 1>{}), done = true) : false), ...);
-        if (!done) throw std::out_of_range("stage count outside [1, 8]");
-    }(std::make_index_sequence<8>{});
 }
 
 } // namespace synth

@@ -15,7 +15,7 @@ namespace {
 tpipe::task<void> send_all(tpipe::loop& on, tpipe::local_channel<std::unique_ptr<int>>& c, int n, int base)
 {
     co_await on.schedule();
-    for (int t = 0; t < n; ++t) co_await c.send(t, std::make_unique<int>(base + t));
+    for (int t = 0; t < n; ++t) c.send(t, std::make_unique<int>(base + t));
 }
 
 tpipe::task<std::vector<int>> recv_all(tpipe::loop& on, tpipe::local_channel<std::unique_ptr<int>>& c, int n)
@@ -45,15 +45,15 @@ TEST_CASE("a local channel moves payloads between loops, iteration after iterati
 TEST_CASE("a local channel refuses a tag sent twice or taken twice in one iteration", "[exec][channel]")
 {
     tpipe::local_channel<int> c(2);
-    c.put(0, 1);
-    CHECK_THROWS_WITH(c.put(0, 2), Catch::Contains("sent twice"));
+    c.send(0, 1);
+    CHECK_THROWS_WITH(c.send(0, 2), Catch::Contains("sent twice"));
     CHECK(c.take(0) == 1);
-    CHECK_THROWS_WITH(c.put(0, 3), Catch::Contains("sent twice"));  // taken counts as sent
+    CHECK_THROWS_WITH(c.send(0, 3), Catch::Contains("sent twice"));  // taken counts as sent
     CHECK_THROWS_WITH(c.take(0), Catch::Contains("taken before it arrived or twice"));
     CHECK_THROWS_WITH(c.take(1), Catch::Contains("taken before it arrived or twice"));
-    CHECK_THROWS_WITH(c.put(2, 0), Catch::Contains("outside [0, 2)"));
+    CHECK_THROWS_WITH(c.send(2, 0), Catch::Contains("outside [0, 2)"));
     c.reset(2);
-    c.put(0, 4);  // a new iteration: the tag is free again
+    c.send(0, 4);  // a new iteration: the tag is free again
     CHECK(c.take(0) == 4);
 }
 
@@ -61,17 +61,17 @@ TEST_CASE("an undelivered payload is destroyed when its slot is reused, or by cl
 {
     auto counted = std::make_shared<int>(7);
     tpipe::local_channel<std::shared_ptr<int>> c(3);
-    c.put(0, std::shared_ptr<int>(counted));
-    c.put(1, std::shared_ptr<int>(counted));
+    c.send(0, std::shared_ptr<int>(counted));
+    c.send(1, std::shared_ptr<int>(counted));
     (void)c.take(1);
     CHECK(counted.use_count() == 2);  // tag 0 still holds one
     c.reset(3);                       // O(1): the next iteration sees every tag empty
     CHECK_FALSE(c.ready(0));
     CHECK_THROWS_WITH(c.take(0), Catch::Contains("taken before it arrived"));
-    c.put(0, std::make_shared<int>(8));  // replaces the stale payload
+    c.send(0, std::make_shared<int>(8));  // replaces the stale payload
     CHECK(counted.use_count() == 1);
     CHECK(*c.take(0) == 8);
-    c.put(2, std::shared_ptr<int>(counted));
+    c.send(2, std::shared_ptr<int>(counted));
     CHECK(counted.use_count() == 2);
     c.clear();
     CHECK(counted.use_count() == 1);
@@ -100,7 +100,7 @@ TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]
     (void)none;
     CHECK(cancelled);
     c.reset(1);  // usable again
-    c.put(0, 5);
+    c.send(0, 5);
     CHECK(c.take(0) == 5);
 }
 

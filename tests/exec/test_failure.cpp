@@ -14,10 +14,9 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 
 //! Runs `name` on P ranks with a fault injected into stage `fs` at (microbatch, slice, kind);
 //! checks that run throws one execution_error naming the right rank, stage, action and unit.
-template <std::size_t N>
 void check_fault(const tpipe::program& prog, tpipe::cpu_engine& eng, int fs, synth::fault f, tpipe::op expected)
 {
-    auto pipe = synth::make_pipe<true>(std::make_index_sequence<N>{}, fs, f);
+    auto pipe = synth::make_uniform<true>(prog.stages(), fs, f);
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
     io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
@@ -60,15 +59,13 @@ TEST_CASE("an exception in any stage, at forward or backward, cancels the iterat
                 const synth::fault f{1, 1, kind};
                 const tpipe::op expected = kind == 'F' ? tpipe::op::F : kind == 'W' ? tpipe::op::W : split ? tpipe::op::I : tpipe::op::B;
                 CAPTURE(k.schedule, k.P, fs, kind);
-                synth::with_stage_count(prog.stages(), [&](auto n) { check_fault<decltype(n)::value>(prog, eng, fs, f, expected); });
+                check_fault(prog, eng, fs, f, expected);
             }
         // The engine is still good for a clean iteration afterwards.
-        synth::with_stage_count(prog.stages(), [&](auto n) {
-            auto pipe = synth::make_pipe<true>(std::make_index_sequence<decltype(n)::value>{});
-            tpipe::io_for<decltype(pipe)> io;
-            io.source = synth::source;
-            CHECK_NOTHROW(tpipe::run(pipe, prog, eng, io));
-        });
+        auto pipe = synth::make_uniform<true>(prog.stages());
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = synth::source;
+        CHECK_NOTHROW(tpipe::run(pipe, prog, eng, io));
     }
 }
 
@@ -143,9 +140,7 @@ TEST_CASE("cancellation wakes receivers blocked on other devices", "[exec][failu
     for (int P = 2; P <= 4; ++P) {
         tpipe::cpu_engine eng(P);
         const auto prog = tpipe::gpipe{}.program(tpipe::topology{P}, tpipe::microbatches(3));
-        synth::with_stage_count(P, [&](auto n) {
-            check_fault<decltype(n)::value>(prog, eng, 0, synth::fault{0, 0, 'F'}, tpipe::op::F);
-        });
+        check_fault(prog, eng, 0, synth::fault{0, 0, 'F'}, tpipe::op::F);
     }
 }
 
@@ -179,7 +174,7 @@ TEST_CASE("a runner is exact again after a failed iteration (what the failure le
         std::fill(outputs.begin(), outputs.end(), synth::vec{});
         const auto stats = r.run(io);
         CHECK(outputs == want.outputs);
-        CHECK(synth::states_of(pipe, std::make_index_sequence<3>{}) == want.states);
+        CHECK(synth::states_of(pipe) == want.states);
         CHECK(stats.actions == r.lowered_program().size());
     }
 }

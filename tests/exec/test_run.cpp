@@ -27,14 +27,14 @@ std::vector<slicing> slicings(int P)
 
 //! Runs `prog` pipelined and sequentially; checks outputs, input gradients, stage states, and
 //! that the measured peak activations equal the simulator's.
-template <bool Split, std::size_t N>
+template <bool Split>
 void check_pipelined_equals_sequential(const tpipe::program& prog, tpipe::cpu_engine& eng,
                                        tpipe::run_options opts = {})
 {
-    auto ref = synth::make_pipe<Split>(std::make_index_sequence<N>{});
+    auto ref = synth::make_uniform<Split>(prog.stages());
     const auto want = synth::sequential(ref, prog.units);
 
-    auto pipe = synth::make_pipe<Split>(std::make_index_sequence<N>{});
+    auto pipe = synth::make_uniform<Split>(prog.stages());
     synth::results got;
     got.outputs.resize(prog.units.units());
     got.input_grads.resize(prog.units.units());
@@ -48,7 +48,7 @@ void check_pipelined_equals_sequential(const tpipe::program& prog, tpipe::cpu_en
         got.input_grads[prog.units.index(u.microbatch, u.slice)] = std::move(dx);
     };
     const auto stats = tpipe::run(pipe, prog, eng, io, opts);
-    got.states = synth::states_of(pipe, std::make_index_sequence<N>{});
+    got.states = synth::states_of(pipe);
 
     CHECK(got.outputs == want.outputs);
     CHECK(got.input_grads == want.input_grads);
@@ -80,15 +80,13 @@ TEST_CASE("pipelined equals sequential for every schedule, slicing and rank coun
                     continue;  // this schedule does not take this shape (e.g. too few microbatches)
                 }
                 CAPTURE(name, sl.name, P);
-                synth::with_stage_count(prog.stages(), [&](auto n) {
-                    check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng);
-                    // Same program, every rank on one device (one loop drives several ranks),
-                    // every action traced.
-                    tpipe::run_options one_device;
-                    one_device.device_of_rank.assign(prog.ranks, 0);
-                    one_device.trace = true;
-                    check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng, one_device);
-                });
+                check_pipelined_equals_sequential<true>(prog, eng);
+                // Same program, every rank on one device (one loop drives several ranks), every
+                // action traced.
+                tpipe::run_options one_device;
+                one_device.device_of_rank.assign(prog.ranks, 0);
+                one_device.trace = true;
+                check_pipelined_equals_sequential<true>(prog, eng, one_device);
                 ++ran;
             }
         }
@@ -102,9 +100,7 @@ TEST_CASE("ranks on devices that share a loop thread take turns and stay exact",
     for (const char* name : {"gpipe", "1f1b", "zb-h1", "interleaved"}) {
         CAPTURE(name);
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{4}, tpipe::microbatches(8, 2));
-        synth::with_stage_count(prog.stages(), [&](auto n) {
-            check_pipelined_equals_sequential<true, decltype(n)::value>(prog, eng);
-        });
+        check_pipelined_equals_sequential<true>(prog, eng);
     }
 }
 
@@ -115,9 +111,7 @@ TEST_CASE("zero-bubble schedules fall back to backward() for stages without the 
         for (const char* name : {"zb-h1", "zb-v"}) {
             CAPTURE(name, P);
             const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(2 * P, 2));
-            synth::with_stage_count(prog.stages(), [&](auto n) {
-                check_pipelined_equals_sequential<false, decltype(n)::value>(prog, eng);
-            });
+            check_pipelined_equals_sequential<false>(prog, eng);
         }
     }
 }
@@ -142,7 +136,7 @@ TEST_CASE("a runner repeats iterations on the same engine", "[exec][run]")
         r.run(io);
         synth::sequential(ref, prog.units);
     }
-    CHECK(synth::states_of(pipe, std::make_index_sequence<3>{}) == synth::states_of(ref, std::make_index_sequence<3>{}));
+    CHECK(synth::states_of(pipe) == synth::states_of(ref));
 }
 
 namespace {
@@ -220,4 +214,58 @@ TEST_CASE("run refuses programs and placements that do not fit the pipeline", "[
     auto broken = tpipe::lower(two);
     std::swap(broken.actions[1][0], broken.actions[1][1]);  // F before its RECV
     CHECK_THROWS_AS(tpipe::run(pipe, broken, eng, io), tpipe::invalid_program);
+}
+
+namespace {
+//! A stage holding a contiguous run of a model's layers (by pointer, so that re-cutting the
+//! model keeps its layers and their accumulated gradients).
+struct layer_range {
+    using input = synth::vec;
+    using output = synth::vec;
+    std::vector<synth::stage<false>*> layers;
+    synth::vec forward(const tpipe::unit& u, synth::vec x)
+    {
+        for (auto* l : layers) x = l->forward(u, std::move(x));
+        return x;
+    }
+    synth::vec backward(const tpipe::unit& u, synth::vec g)
+    {
+        for (auto it = layers.rbegin(); it != layers.rend(); ++it) g = (*it)->backward(u, std::move(g));
+        return g;
+    }
+};
+} // namespace
+
+TEST_CASE("a model cut at run time into 1 to 6 stages, re-cut between steps, equals sequential", "[exec][run][pipeline]")
+{
+    constexpr int L = 6;
+    tpipe::cpu_engine eng(L);
+    const auto units = tpipe::microbatch_slicer{6}.scheme({6, 6});
+    auto model = synth::make_uniform<false>(L);
+    auto reference = synth::make_uniform<false>(L);
+    tpipe::io_for<tpipe::uniform_pipeline<layer_range>> io;
+    io.source = synth::source;
+    io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
+    int steps = 0;
+    for (int n : {1, 2, 3, 4, 5, 6, 4, 2}) {
+        CAPTURE(n, steps);
+        for (auto* l : synth::stage_list(model)) l->new_iteration();
+        for (auto* l : synth::stage_list(reference)) l->new_iteration();
+        std::vector<layer_range> cut(static_cast<std::size_t>(n));
+        for (int k = 0; k < L; ++k) cut[static_cast<std::size_t>(k * n / L)].layers.push_back(&model.stage(k));
+        tpipe::uniform_pipeline<layer_range> pipe(std::move(cut));
+        tpipe::run(pipe, tpipe::one_f_one_b{}, units, tpipe::topology{n}, eng, io);
+        synth::sequential(reference, units);
+        ++steps;
+        CHECK(synth::states_of(model) == synth::states_of(reference));
+    }
+    CHECK(steps == 8);
+}
+
+TEST_CASE("a pipeline shaped at run time refuses no stages and a stage outside it", "[exec][pipeline]")
+{
+    CHECK_THROWS_AS(tpipe::uniform_pipeline<layer_range>(std::vector<layer_range>{}), tpipe::invalid_argument);
+    tpipe::uniform_pipeline<layer_range> one(std::vector<layer_range>(1));
+    CHECK(one.size() == 1);
+    CHECK_THROWS_WITH(one.stage(1), Catch::Contains("outside [0, 1)"));
 }

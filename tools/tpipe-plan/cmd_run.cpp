@@ -85,18 +85,14 @@ struct per_action_costs {
     double transfer(op, int, int, const unit&) const { return 0; }
 };
 
-constexpr std::size_t max_stages = 16;
-
 struct measured {
     std::vector<double> times;
     run_stats median;
 };
 
-template <std::size_t... I>
-measured run_spin(const program& prog, cpu_engine& eng, run_options opts, std::chrono::nanoseconds t, int iterations,
-                  std::index_sequence<I...>)
+measured run_spin(const program& prog, cpu_engine& eng, run_options opts, std::chrono::nanoseconds t, int iterations)
 {
-    auto pipe = tpipe::pipeline(((void)I, spin_stage{t})...);
+    uniform_pipeline<spin_stage> pipe(std::vector<spin_stage>(static_cast<std::size_t>(prog.stages()), spin_stage{t}));
     runner r(pipe, prog, eng, std::move(opts));
     io_for<decltype(pipe)> io;
     io.source = [](const unit& u) { return u.microbatch; };
@@ -114,22 +110,6 @@ measured run_spin(const program& prog, cpu_engine& eng, run_options opts, std::c
     for (const auto& s : all) m.times.push_back(s.time);
     m.median = std::move(all[order[order.size() / 2]]);
     return m;
-}
-
-template <std::size_t... N>
-measured dispatch(int stages, const program& prog, cpu_engine& eng, run_options opts, std::chrono::nanoseconds t,
-                  int iterations, std::index_sequence<N...>)
-{
-    measured out;
-    bool done = false;
-    ((stages == static_cast<int>(N + 1)
-          ? (out = run_spin(prog, eng, std::move(opts), t, iterations, std::make_index_sequence<N + 1>{}), done = true)
-          : false),
-     ...);
-    if (!done)
-        throw invalid_argument("run supports programs of 1 to " + std::to_string(max_stages) + " stages; this one has " +
-                               std::to_string(stages));
-    return out;
 }
 
 int run_command(args& a)
@@ -171,7 +151,7 @@ int run_command(args& a)
     ro.trace = !as_json || trace.has_value();
     for (int r = 0; r < prog.ranks; ++r) ro.device_of_rank.push_back(r % devices);
     const auto t = std::chrono::nanoseconds(static_cast<long long>(us * 1e3));
-    const measured m = dispatch(prog.stages(), prog, eng, ro, t, iterations, std::make_index_sequence<max_stages>{});
+    const measured m = run_spin(prog, eng, ro, t, iterations);
 
     const double real = m.median.time;
     const double actions = static_cast<double>(prog.size());

@@ -1,22 +1,28 @@
 #pragma once
 // The channel concept: how a payload travels from one stage to the next (activations forward,
-// gradients backward). Implementations: tpipe::local_channel (same process, moves the payload);
-// later MPI, CUDA-peer and NCCL channels satisfy the same concept.
+// gradients backward). Models: tpipe::local_channel (same process, moves the payload) and
+// tpipe::mpi::channel (another process, bytes through tpipe::payload_traits). Which one a
+// boundary gets is the transport's choice (tpipe/exec/transport.hpp); the runner sees only this
+// concept.
 //
 // Semantics
 // - A channel carries payloads of one type in one direction between two stages.
 // - Every message carries a tag: the dense index of the unit (scheme::index) it belongs to. Each
-//   tag is sent at most once and received at most once per iteration. Channels over ordered
-//   transports (NCCL) may require receives in the order of the sends; the lowered programs of
-//   tpipe's schedules send and receive each boundary's units in the same order on both sides.
-// - send(tag, value) is eager: the payload is handed to the channel when send is called; the
-//   returned awaitable completes when the sender may reuse its resources (at once for a local
-//   channel). A send never waits for the receiver.
-// - recv(tag) returns an awaitable that completes with the payload once it has arrived; the
-//   awaiting coroutine resumes on the loop it suspended on.
-// - cancel() makes every pending and future receive of the current iteration complete by
-//   throwing tpipe::operation_cancelled. reset(tags) starts a new iteration with room for `tags`
-//   messages; call it only when no receive is pending.
+//   tag is sent at most once and received at most once per iteration. Transports may deliver in
+//   any order; the lowered programs of tpipe's schedules send and receive each boundary's units
+//   in the same order on both sides (ordered transports such as NCCL rely on it).
+// - send(tag, value) is eager and takes the payload: it never waits for the receiver. The
+//   channel may keep the payload until the transport is done with it (an MPI send in flight);
+//   drain() returns an awaitable that completes once every payload sent this iteration has been
+//   released, and the runner awaits it before a rank finishes its iteration.
+// - post(tag) starts the receive of a tag before anybody waits for it (a remote transport
+//   posts its receive, so the transfer overlaps the receiver's compute; a no-op locally).
+//   arrival(tag) returns an awaitable that completes once the payload has arrived; ready(tag)
+//   says whether it has; take(tag) moves it out. The awaiting coroutine resumes on the loop it
+//   suspended on.
+// - cancel() makes every pending and future arrival of the current iteration complete by
+//   throwing tpipe::operation_cancelled (any thread). reset(tags) starts a new iteration with
+//   room for `tags` messages; call it only when no receive is pending.
 #include <concepts>
 #include <coroutine>
 #include <type_traits>
@@ -45,9 +51,13 @@ concept awaitable_of =
 //! A channel of payloads of type value_type (see the semantics above).
 template <class C>
 concept channel = payload<typename C::value_type> &&
-                  requires(C& c, int tag, typename C::value_type&& v) {
-                      { c.send(tag, std::move(v)) } -> awaitable_of<void>;
-                      { c.recv(tag) } -> awaitable_of<typename C::value_type>;
+                  requires(C& c, const C& cc, int tag, typename C::value_type&& v) {
+                      c.send(tag, std::move(v));
+                      c.post(tag);
+                      { c.arrival(tag) } -> awaitable_of<void>;
+                      { cc.ready(tag) } -> std::convertible_to<bool>;
+                      { c.take(tag) } -> std::same_as<typename C::value_type>;
+                      { c.drain() } -> awaitable_of<void>;
                       c.cancel();
                       c.reset(tag);
                   };

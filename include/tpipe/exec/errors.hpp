@@ -1,6 +1,7 @@
 #pragma once
 // Errors of the runtime: a failed action (naming rank, device, stage, action and unit), a
-// watchdog that saw no progress, and the cancellation that stops the other devices' work.
+// watchdog that saw no progress, a failure in another process, and the cancellation that stops
+// the other devices' work.
 #include <exception>
 #include <string>
 #include <utility>
@@ -43,6 +44,13 @@ private:
 
 //! No device made progress for the watchdog's period; what() lists what each device waits for.
 class watchdog_error : public error {
+public:
+    using error::error;
+};
+
+//! The iteration failed in another process (SPMD); what() names that process and carries its
+//! error message.
+class peer_error : public error {
 public:
     using error::error;
 };

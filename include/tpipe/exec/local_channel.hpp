@@ -139,8 +139,9 @@ public:
 
     int tags() const noexcept { return tags_; }
 
-    //! Moves v into the slot of `tag` and wakes its receiver, if one waits. Any thread.
-    void put(int tag, T&& v)
+    //! Moves v into the slot of `tag` and wakes its receiver, if one waits. Never waits; any
+    //! thread.
+    void send(int tag, T v)
     {
         slot& s = at(tag);
         const std::uint32_t w = s.word.load(std::memory_order_acquire);
@@ -151,12 +152,11 @@ public:
         if (before == word(detail::slot_waiting)) s.home->post(s.waiter);
     }
 
-    //! Eager send: the payload is in the channel when this returns; awaiting it completes at once.
-    std::suspend_never send(int tag, T v)
-    {
-        put(tag, std::move(v));
-        return {};
-    }
+    //! Nothing to start: the sender moves the payload straight into the slot.
+    void post(int tag) { (void)at(tag); }
+
+    //! The payload left the sender when send returned: completes at once.
+    std::suspend_never drain() const noexcept { return {}; }
 
     //! True when the payload of `tag` has arrived and was not taken yet (receiver side).
     bool ready(int tag) const noexcept
@@ -176,13 +176,10 @@ public:
         return v;
     }
 
-    //! Awaits the arrival of `tag` without taking it (the runtime's type-independent path).
+    //! Awaits the arrival of `tag` without taking it.
     detail::slot_wait arrival(int tag) { return detail::slot_wait(*this, at(tag)); }
 
-    //! The slot of `tag`, for the runtime's type-independent wait (see arrival()).
-    detail::slot_header& header(int tag) { return at(tag); }
-
-    //! Awaits the payload of `tag` and moves it out.
+    //! Awaits the payload of `tag` and moves it out (arrival, then take).
     auto recv(int tag)
     {
         struct awaiter {
@@ -231,3 +228,7 @@ private:
 };
 
 } // namespace tpipe
+
+namespace tpipe {
+static_assert(channel<local_channel<int>>);
+}

@@ -1,14 +1,24 @@
 #pragma once
-// tpipe::pipeline(stage0, stage1, ...): the compile-time graph of a pipeline. Each argument
-// models tpipe::stage; the output type of each stage must be the input type of the next.
+// Pipeline graphs: what tpipe::run runs. Two models of one concept, run by the same runner:
+//
+// - tpipe::pipeline(stage0, stage1, ...): typed at compile time, heterogeneous stages. Each
+//   argument models tpipe::stage; the output type of each stage must be the input type of the
+//   next.
+// - tpipe::uniform_pipeline<S>: shaped at run time, any number of stages of one type S (whose
+//   input and output types are the same), re-cut between iterations by building a new one
+//   (PipeTransformer re-partitions while training).
+//
 // Placement (which device runs which stage) is runtime data given to tpipe::run, so the same
-// pipeline type runs on any number of devices, with one or several stages per device.
+// pipeline runs on any number of devices, with one or several stages per device.
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
+#include "tpipe/core/error.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe {
@@ -36,9 +46,9 @@ template <class... S>
     requires(sizeof...(S) >= 1) && each_stage_output_type_is_the_next_stage_input_type<S...>
 class pipeline_t {
 public:
-    static constexpr std::size_t size = sizeof...(S);
+    static constexpr std::size_t stage_count = sizeof...(S);
     using input = stage_input_t<std::tuple_element_t<0, std::tuple<S...>>>;
-    using output = stage_output_t<std::tuple_element_t<size - 1, std::tuple<S...>>>;
+    using output = stage_output_t<std::tuple_element_t<stage_count - 1, std::tuple<S...>>>;
     template <std::size_t I>
     using stage_type = stage_object_t<std::tuple_element_t<I, std::tuple<S...>>>;
 
@@ -51,6 +61,15 @@ public:
         auto& s = std::get<I>(stages_);
         if constexpr (std::is_same_v<std::remove_cvref_t<decltype(s)>, stage_type<I>>) return s;
         else return s.get();
+    }
+
+    static constexpr std::size_t size() noexcept { return stage_count; }
+
+    //! Calls f(i, stage i) for every stage in order.
+    template <class F>
+    void visit_stages(F&& f)
+    {
+        [&]<std::size_t... I>(std::index_sequence<I...>) { (f(I, stage<I>()), ...); }(std::make_index_sequence<stage_count>{});
     }
 
 private:
@@ -66,13 +85,64 @@ pipeline_t<std::decay_t<S>...> pipeline(S&&... stages)
     return pipeline_t<std::decay_t<S>...>(std::forward<S>(stages)...);
 }
 
-template <class T>
-struct is_pipeline : std::false_type {};
-template <class... S>
-struct is_pipeline<pipeline_t<S...>> : std::true_type {};
+//! A stage whose output type is its input type, so that any number of them chain.
+template <class S>
+concept uniform_stage = stage<S> && std::is_same_v<stage_input_t<S>, stage_output_t<S>>;
 
-//! A pipeline built by tpipe::pipeline.
+//! A chain of stages of one type, shaped at run time. S may be std::reference_wrapper<T>: the
+//! pipeline then uses the caller's objects in place.
+template <class S>
+    requires uniform_stage<S>
+class uniform_pipeline {
+public:
+    using input = stage_input_t<S>;
+    using output = stage_output_t<S>;
+    using stage_type = stage_object_t<S>;
+
+    //! Refuses an empty list of stages.
+    explicit uniform_pipeline(std::vector<S> stages) : stages_(std::move(stages))
+    {
+        if (stages_.empty()) throw invalid_argument("uniform_pipeline: needs at least one stage, got none");
+    }
+
+    std::size_t size() const noexcept { return stages_.size(); }
+    stage_type& stage(std::size_t i)
+    {
+        if (i >= stages_.size())
+            throw invalid_argument("uniform_pipeline: stage " + std::to_string(i) + " is outside [0, " +
+                                   std::to_string(stages_.size()) + ")");
+        if constexpr (std::is_same_v<S, stage_type>) return stages_[i];
+        else return stages_[i].get();
+    }
+
+    //! Calls f(i, stage i) for every stage in order.
+    template <class F>
+    void visit_stages(F&& f)
+    {
+        for (std::size_t i = 0; i < stages_.size(); ++i) f(i, stage(i));
+    }
+
+private:
+    std::vector<S> stages_;
+};
+
+namespace detail {
+struct stage_visit_probe {
+    template <class S>
+    void operator()(std::size_t, S&) const
+    {
+    }
+};
+} // namespace detail
+
+//! Something tpipe::run can run: declares its input and output payload types, says how many
+//! stages it has, and calls a visitor with each stage (tpipe::pipeline, tpipe::uniform_pipeline).
 template <class P>
-concept pipeline_graph = is_pipeline<std::remove_cvref_t<P>>::value;
+concept pipeline_graph = requires(std::remove_cvref_t<P>& p) {
+    typename std::remove_cvref_t<P>::input;
+    typename std::remove_cvref_t<P>::output;
+    { p.size() } -> std::convertible_to<std::size_t>;
+    p.visit_stages(detail::stage_visit_probe{});
+};
 
 } // namespace tpipe

@@ -2,11 +2,18 @@
 // tpipe::run: executes one training iteration of a pipeline on an engine, following a program
 // (a schedule's actions per rank), and reports what really ran.
 //
-// Execution: one coroutine per rank walks the rank's action list in order on the loop of the
-// device the rank is placed on. F/B/I/W call the stage functor through the engine's compute
-// awaitable (inline on the CPU engine); SEND moves the payload into a local channel (never
-// blocks); RECV suspends until the payload has arrived. Payloads live in typed storage per stage
-// boundary indexed by the unit's dense index, so nothing is allocated per action.
+// Execution: one coroutine per rank of this process walks the rank's action list in order on
+// the loop of the device the rank is placed on. F/B/I/W call the stage functor through the
+// engine's compute awaitable (inline on the CPU engine); SEND hands the payload to the
+// boundary's channel (never blocks); RECV suspends until the payload has arrived. Remote
+// receives are posted when the rank starts its iteration, so transfers overlap compute, and a
+// rank finishes once the transport has released every payload it sent. Payloads live in typed
+// storage per stage boundary indexed by the unit's dense index, so nothing is allocated per
+// action.
+//
+// SPMD: with a transport whose ranks are spread over processes (tpipe::mpi::transport), every
+// process builds the same pipeline and program and runs only its own ranks; the boundaries
+// between ranks of different processes get the transport's channels (tpipe/exec/transport.hpp).
 //
 // I/O (see tpipe/exec/stage.hpp): `source(u)` makes the first stage's input; `loss(u, out)`
 // receives the last stage's output and returns the gradient that seeds its backward (without
@@ -15,179 +22,72 @@
 //
 // Failure: an exception from a stage (or from source/loss/input_grad) cancels the iteration on
 // every device; run throws one tpipe::execution_error naming rank, device, stage, action and
-// unit. The watchdog turns "no rank started a new action for `watchdog`" into a
-// tpipe::watchdog_error listing what every rank waits for. Cancellation is cooperative: waits
-// are interrupted, a stage function that never returns is not.
+// unit, and tells the transport, which stops the other processes with a tpipe::peer_error. The
+// watchdog turns "no rank started a new action for `watchdog`" into a tpipe::watchdog_error
+// listing what every rank waits for. Cancellation is cooperative: waits are interrupted, a
+// stage function that never returns is not.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <concepts>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
-#include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/detail/root.hpp"
+#include "tpipe/exec/detail/steps.hpp"
+#include "tpipe/exec/detail/supervisor.hpp"
 #include "tpipe/exec/detail/tick_clock.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/local_channel.hpp"
 #include "tpipe/exec/pipeline.hpp"
+#include "tpipe/exec/run_options.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/exec/task.hpp"
+#include "tpipe/exec/transport.hpp"
 #include "tpipe/schedule/lower.hpp"
 #include "tpipe/schedule/program.hpp"
 #include "tpipe/schedule/schedule.hpp"
 #include "tpipe/schedule/validate.hpp"
-#include "tpipe/sim/chrome_trace.hpp"
-#include "tpipe/sim/timeline.hpp"
 
 namespace tpipe {
 
-//! How to run: placement of ranks on devices, watchdog, validation.
-struct run_options {
-    std::vector<int> device_of_rank;                                //!< empty: rank r on device r % devices
-    std::chrono::milliseconds watchdog{std::chrono::seconds(60)};   //!< 0: no watchdog
-    bool validate = true;                                           //!< tpipe::validate the program first
-    //! Record every action's interval into run_stats::events (for trace(), text_timeline,
-    //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
-    //! action and none per send or receive.
-    bool trace = false;
-};
-
-//! What an iteration did. Times are seconds since the iteration started.
-struct run_stats {
-    int ranks = 0;
-    double time = 0;                     //!< from the start until the last rank finished
-    std::vector<double> busy;            //!< per rank, seconds spent in compute actions
-    std::vector<int> peak_activations;   //!< per rank, most units alive at once (F done, B/W not)
-    std::vector<int> device_of_rank;
-    std::size_t actions = 0;             //!< actions executed (compute and communication)
-    //! With run_options::trace: what ran, per rank in order (same form as the simulator).
-    std::vector<timed_action> events;
-
-    //! Perfetto/Chrome trace of what ran (the simulator's exporter). Throws tpipe::error if the
-    //! iteration ran without run_options::trace.
-    std::string trace(const std::string& title = "tpipe run") const
-    {
-        if (events.empty() && actions > 0)
-            throw error("run_stats::trace: the iteration was run without run_options::trace = true, so no events "
-                        "were recorded");
-        return chrome_trace(events, ranks, title);
-    }
-};
-
-//! The user's end of the pipeline: first input, loss gradient, first input gradient.
-template <class In, class Out>
-struct run_io {
-    std::function<In(const unit&)> source;            //!< required
-    std::function<Out(const unit&, Out&&)> loss;      //!< optional: default drops out, seeds Out{}
-    std::function<void(const unit&, In&&)> input_grad;  //!< optional: default drops it
-};
-
-template <pipeline_graph P>
-using io_for = run_io<typename std::remove_cvref_t<P>::input, typename std::remove_cvref_t<P>::output>;
-
-namespace detail {
-
-template <class T>
-T take_optional(std::optional<T>& o)
-{
-    T v = std::move(*o);
-    o.reset();
-    return v;
-}
-
-//! Storage at the output of one stage (type T = that stage's output).
-template <class T>
-struct boundary {
-    boundary() {}
-    local_channel<T> fwd;                    //!< activations to the next stage (other rank)
-    local_channel<T> bwd;                    //!< gradients from the next stage (other rank)
-    std::vector<std::optional<T>> act_out;   //!< forward output not yet sent or consumed
-    std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
-    std::vector<std::optional<T>> seed;      //!< last stage only: loss gradient per unit
-
-    //! Starts an iteration. Storage and channels are emptied by consumption (every value taken
-    //! is reset), so they are cleared only when asked: after an iteration that left payloads
-    //! behind (a failure, or a program run unvalidated that sends what it never receives).
-    void reset(int units, bool clear)
-    {
-        fwd.reset(units);
-        bwd.reset(units);
-        if (!clear) return;
-        fwd.clear();
-        bwd.clear();
-        for (auto* v : {&act_out, &grad_out, &seed}) {
-            v->clear();  // keeps the capacity: no allocation after the first iteration
-            v->resize(static_cast<std::size_t>(units));
-        }
-    }
-    void cancel() noexcept
-    {
-        fwd.cancel();
-        bwd.cancel();
-    }
-};
-
-template <class Pipe, class Seq>
-struct boundaries_of;
-template <class Pipe, std::size_t... I>
-struct boundaries_of<Pipe, std::index_sequence<I...>> {
-    using type = std::tuple<boundary<stage_output_t<typename Pipe::template stage_type<I>>>...>;
-};
-
-struct alignas(64) rank_progress {
-    std::atomic<std::size_t> at{0};
-    std::atomic<bool> finished{false};
-};
-
-inline std::string describe(const action& a, const unit& u)
-{
-    return "'" + to_string(a) + "' (microbatch " + std::to_string(u.microbatch) + ", slice " + std::to_string(u.slice) +
-           ", rows [" + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + "), tokens [" +
-           std::to_string(u.token_begin) + "," + std::to_string(u.token_end) + "))";
-}
-
-inline std::string what_of(const std::exception_ptr& e)
-{
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        return x.what();
-    } catch (...) {
-        return "an exception not derived from std::exception";
-    }
-}
-
-} // namespace detail
-
-//! Runs iterations of one pipeline with one program on one engine; reusable across iterations
-//! (storage and channels are kept, so a steady state allocates only the per-rank coroutines).
-template <pipeline_graph Pipe, engine E>
+//! Runs iterations of one pipeline with one program on one engine over one transport; reusable
+//! across iterations (storage and channels are kept, so a steady state allocates only the
+//! per-rank coroutines).
+template <pipeline_graph Pipe, engine E, transport X = local_transport>
 class runner {
 public:
-    static constexpr std::size_t stages = Pipe::size;
     using input = typename Pipe::input;
     using output = typename Pipe::output;
     using io_type = run_io<input, output>;
 
-    //! Lowers the program if it is compute-only, checks its shape against the pipeline and the
-    //! engine, and validates it (unless options.validate is false). Throws tpipe::invalid_program
-    //! or tpipe::invalid_argument saying what does not fit.
+    //! Every rank in this process.
     runner(Pipe& pipe, const program& prog, E& eng, run_options opts = {})
-        : pipe_(pipe), eng_(eng), opts_(std::move(opts)), prog_(prog.lowered() ? prog : lower(prog))
+        requires std::same_as<X, local_transport>
+        : runner(pipe, prog, eng, local_, std::move(opts))
     {
-        if (prog_.stages() != static_cast<int>(stages))
+    }
+
+    //! Lowers the program if it is compute-only, checks its shape against the pipeline, the
+    //! engine and the transport, validates it (unless options.validate is false), connects the
+    //! boundaries and checks with the other processes that they run the same configuration.
+    //! Throws tpipe::invalid_program or tpipe::invalid_argument saying what does not fit.
+    runner(Pipe& pipe, const program& prog, E& eng, X& x, run_options opts = {})
+        : eng_(eng), x_(&x), opts_(std::move(opts)), prog_(prog.lowered() ? prog : lower(prog))
+    {
+        const int stages = static_cast<int>(pipe.size());
+        if (prog_.stages() != stages)
             throw invalid_program("the program has " + std::to_string(prog_.stages()) + " stages but the pipeline has " +
                                   std::to_string(stages) + "; build the schedule for " + std::to_string(stages) +
                                   " stages");
@@ -198,23 +98,11 @@ public:
         R_ = prog_.ranks;
         U_ = prog_.units.units();
         for (int i = 0; i < U_; ++i) units_.push_back(prog_.units.at(i));
-        device_ = opts_.device_of_rank;
-        if (device_.empty())
-            for (int r = 0; r < R_; ++r) device_.push_back(r % eng_.devices());
-        if (static_cast<int>(device_.size()) != R_)
-            throw invalid_argument("device_of_rank names " + std::to_string(device_.size()) +
-                                   " ranks but the program has " + std::to_string(R_));
-        for (int d : device_)
-            if (d < 0 || d >= eng_.devices())
-                throw invalid_argument("device_of_rank names device " + std::to_string(d) + " but the engine has " +
-                                       std::to_string(eng_.devices()) + " devices");
-        for (int r = 0; r < R_; ++r) {
-            const loop* home = &eng_.loop_of(device_[r]);
-            shares_loop_.push_back(
-                std::count_if(device_.begin(), device_.end(), [&](int d) { return &eng_.loop_of(d) == home; }) > 1);
-        }
-        std::apply([&](auto&... b) { (b.reset(U_, true), ...); }, bounds_);
+        frame_.units = units_.data();
+        place();
+        bind(pipe);
         compile();
+        x_->agree(fingerprint());
         progress_ = std::make_unique<detail::rank_progress[]>(static_cast<std::size_t>(R_));
         events_.resize(static_cast<std::size_t>(R_));
         busy_.assign(static_cast<std::size_t>(R_), 0.0);
@@ -225,9 +113,12 @@ public:
 
     const program& lowered_program() const noexcept { return prog_; }
     const std::vector<int>& device_of_rank() const noexcept { return device_; }
+    //! The ranks this process runs.
+    const std::vector<int>& local_ranks() const noexcept { return local_ranks_; }
 
-    //! Runs one iteration. Throws tpipe::execution_error or tpipe::watchdog_error on failure
-    //! (after every rank stopped), tpipe::invalid_argument when io.source is missing.
+    //! Runs one iteration. Throws tpipe::execution_error, tpipe::watchdog_error or
+    //! tpipe::peer_error on failure (after every rank of this process stopped),
+    //! tpipe::invalid_argument when io.source is missing.
     run_stats run(const io_type& io)
     {
         if (!io.source) throw invalid_argument("run: io.source is required (it makes the first stage's input per unit)");
@@ -235,45 +126,69 @@ public:
             if (!io.loss)
                 throw invalid_argument("run: the last stage's output type is not default-constructible, so io.loss "
                                        "must provide the gradient that seeds backward");
+        if (broken_)
+            throw error("run: an earlier iteration failed across processes, so messages of it may still be in "
+                        "flight; build a new transport and runner");
         // Holding a loop wakes it if it sleeps, so that it is spinning by the time the ranks are
         // posted (the wake-up overlaps the setup below). Each rank releases its hold when done.
-        for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).hold();
+        for (int r : local_ranks_) eng_.loop_of(device_[r]).hold();
         std::vector<task<void>> tasks;
         std::vector<detail::root> roots;
-        std::vector<wake_node> starts(static_cast<std::size_t>(R_));
+        std::vector<wake_node> starts(local_ranks_.size());
         try {
             prepare();
-            tasks.reserve(static_cast<std::size_t>(R_));
-            roots.reserve(static_cast<std::size_t>(R_));
-            for (int r = 0; r < R_; ++r) {
-                tasks.push_back(rank_main(r));
+            tasks.reserve(local_ranks_.size());
+            roots.reserve(local_ranks_.size());
+            for (std::size_t k = 0; k < local_ranks_.size(); ++k) {
+                tasks.push_back(rank_main(local_ranks_[k]));
                 roots.push_back(detail::make_root<void>(tasks.back().handle()));
                 roots.back().on_done(&runner::root_done, this);
-                starts[r].handle = roots.back().handle();
+                starts[k].handle = roots.back().handle();
             }
         } catch (...) {
-            for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).release();
+            for (int r : local_ranks_) eng_.loop_of(device_[r]).release();
             throw;
         }
-        io_ = &io;
+        frame_.io = &io;
         spt_ = detail::tick_clock::seconds_per_tick();
         t0_ = detail::tick_clock::now();
-        for (int r = 0; r < R_; ++r) eng_.loop_of(device_[r]).post(&starts[r]);
-        wait();
+        completion_.start(static_cast<int>(local_ranks_.size()));
+        for (std::size_t k = 0; k < local_ranks_.size(); ++k) eng_.loop_of(device_[local_ranks_[k]]).post(&starts[k]);
+        completion_.wait(
+            opts_.watchdog, progress_.get(), R_,
+            [&] {
+                auto peer = x_->failure();
+                if (!peer) return false;
+                set_error(std::make_exception_ptr(peer_error(*peer)), false);
+                return true;
+            },
+            [&] {
+                set_error(std::make_exception_ptr(
+                              watchdog_error(detail::stuck_report(prog_, progress_.get(), device_,
+                                                                  std::chrono::duration<double>(opts_.watchdog).count(),
+                                                                  [&](int r) { return x_->where(r); }))),
+                          true);
+                return true;
+            });
         roots.clear();
         tasks.clear();
-        io_ = nullptr;
+        frame_.io = nullptr;
         std::int64_t undelivered = 0;  // sends minus receives: each receive takes one distinct sent payload
         for (std::int64_t n : transfers_) undelivered += n;
-        left_payloads_ = error_ != nullptr || undelivered != 0;
-        if (error_) std::rethrow_exception(error_);
+        left_payloads_ = error_ != nullptr || (undelivered != 0 && all_local_);
+        if (error_) {
+            if (!all_local_) broken_ = true;
+            if (error_is_local_) x_->fail(detail::what_of(error_));
+            std::rethrow_exception(error_);
+        }
 
         run_stats s;
         s.ranks = R_;
-        s.time = end_;
+        s.time = completion_.end();
         s.busy = busy_;
         s.peak_activations = peak_;
         s.device_of_rank = device_;
+        s.local_ranks = local_ranks_;
         for (std::size_t n : done_) s.actions += n;
         if (opts_.trace) {
             s.events.reserve(s.actions);
@@ -283,188 +198,80 @@ public:
     }
 
 private:
-    //! Per-iteration state back to the start: storage, channels, counters.
-    void prepare()
-    {
-        // Consumption empties storage and channels; a forward-only program's loss seeds are
-        // overwritten when written again.
-        if (iterations_++ > 0) std::apply([&](auto&... b) { (b.reset(U_, left_payloads_), ...); }, bounds_);
-        cancel_.store(false, std::memory_order_relaxed);
-        error_ = nullptr;
-        end_ = 0;
-        remaining_ = R_;
-        for (int r = 0; r < R_; ++r) {
-            progress_[r].at.store(0, std::memory_order_relaxed);
-            progress_[r].finished.store(false, std::memory_order_relaxed);
-            events_[r].clear();
-            if (opts_.trace) events_[r].reserve(steps_[r].size());
-            busy_[r] = 0;
-            done_[r] = 0;
-            transfers_[r] = 0;
-            peak_[r] = 0;
-        }
-    }
-
-    template <std::size_t I>
-    using stage_t = typename Pipe::template stage_type<I>;
-    template <std::size_t I>
-    using out_t = stage_output_t<stage_t<I>>;
-    template <std::size_t I>
-    using in_t = stage_input_t<stage_t<I>>;
-    using handler = void (*)(runner&, int u);
-
-    //! What the rank coroutine needs of an action, compiled once per runner; 32 bytes, as the
-    //! steps are streamed through once per iteration. The action itself stays in prog_.
-    struct step {
-        handler run = nullptr;                       //!< compute and send
-        detail::slot_header* slot = nullptr;         //!< receive: slot and channel waited on
-        const detail::channel_base* chan = nullptr;
-        int u = 0;                                   //!< dense unit index
-        op kind = op::F;
+    struct post_of {  //!< a receive to post when the rank starts
+        detail::boundary_base* b;
+        bool forward;
+        int u;
+    };
+    struct drain_of {  //!< a remote sending channel to drain when the rank ends
+        detail::boundary_base* b;
+        bool forward;
     };
 
-    template <std::size_t I>
-    auto& bnd() noexcept
+    //! Ranks of this process, their devices, which share a loop.
+    void place()
     {
-        return std::get<I>(bounds_);
-    }
-
-    [[noreturn]] static void missing(const char* what) { throw error(std::string("runtime: ") + what); }
-
-    // ---- per-stage actions (typed) ----------------------------------------------------------
-    template <std::size_t S>
-    in_t<S> forward_input(int u)
-    {
-        if constexpr (S == 0) {
-            return io_->source(units_[u]);
-        } else {
-            auto& b = bnd<S - 1>();
-            if (b.fwd.ready(u)) return b.fwd.take(u);
-            if (b.act_out[u]) return detail::take_optional(b.act_out[u]);
-            missing("the forward input has not arrived (the program lacks a RECV_F, or stage S-1 did not run F)");
+        for (int r = 0; r < R_; ++r)
+            if (x_->runs(r)) local_ranks_.push_back(r);
+        all_local_ = static_cast<int>(local_ranks_.size()) == R_;
+        device_ = opts_.device_of_rank;
+        if (device_.empty())
+            for (int r = 0; r < R_; ++r) device_.push_back(r % eng_.devices());
+        if (static_cast<int>(device_.size()) != R_)
+            throw invalid_argument("device_of_rank names " + std::to_string(device_.size()) +
+                                   " ranks but the program has " + std::to_string(R_));
+        for (int d : device_)
+            if (d < 0 || d >= eng_.devices())
+                throw invalid_argument("device_of_rank names device " + std::to_string(d) + " but the engine has " +
+                                       std::to_string(eng_.devices()) + " devices");
+        shares_loop_.assign(static_cast<std::size_t>(R_), false);
+        for (int r : local_ranks_) {
+            const loop* home = &eng_.loop_of(device_[r]);
+            shares_loop_[r] = std::count_if(local_ranks_.begin(), local_ranks_.end(),
+                                            [&](int q) { return &eng_.loop_of(device_[q]) == home; }) > 1;
         }
     }
 
-    template <std::size_t S>
-    out_t<S> backward_grad(int u)
+    //! One binding and one output boundary per stage, connected by where its ranks run.
+    void bind(Pipe& pipe)
     {
-        if constexpr (S + 1 == stages) {
-            auto& seed = bnd<S>().seed[u];
-            if (!seed) missing("the loss gradient is not there (forward of the last stage did not run)");
-            return detail::take_optional(seed);
-        } else {
-            auto& b = bnd<S>();
-            if (b.bwd.ready(u)) return b.bwd.take(u);
-            if (b.grad_out[u]) return detail::take_optional(b.grad_out[u]);
-            missing("the output gradient has not arrived (the program lacks a RECV_B, or stage S+1 did not run B)");
-        }
-    }
-
-    template <std::size_t S>
-    static void do_forward(runner& r, int u)
-    {
-        auto& st = r.pipe_.template stage<S>();
-        const unit& un = r.units_[u];
-        if constexpr (S + 1 == stages) {
-            out_t<S> y = st.forward(un, r.forward_input<S>(u));
-            auto& seed = r.bnd<S>().seed[u];
-            if (r.io_->loss) seed.emplace(r.io_->loss(un, std::move(y)));
-            else if constexpr (std::default_initializable<out_t<S>>) seed.emplace();
-        } else {
-            r.bnd<S>().act_out[u].emplace(st.forward(un, r.forward_input<S>(u)));
-        }
-    }
-
-    template <std::size_t S, bool InputOnly>
-    static void do_backward(runner& r, int u)
-    {
-        auto& st = r.pipe_.template stage<S>();
-        const unit& un = r.units_[u];
-        in_t<S> dx = [&] {
-            if constexpr (InputOnly && split_backward_stage<stage_t<S>>) return st.backward_input(un, r.backward_grad<S>(u));
-            else return st.backward(un, r.backward_grad<S>(u));
-        }();
-        if constexpr (S == 0) {
-            if (r.io_->input_grad) r.io_->input_grad(un, std::move(dx));
-        } else {
-            r.bnd<S - 1>().grad_out[u].emplace(std::move(dx));
-        }
-    }
-
-    template <std::size_t S>
-    static void do_weight(runner& r, int u)
-    {
-        if constexpr (split_backward_stage<stage_t<S>>) r.pipe_.template stage<S>().backward_weight(r.units_[u]);
-        else (void)r, (void)u;  // fallback: the I action already ran the whole backward
-    }
-
-    template <std::size_t S>
-    static void do_send_f(runner& r, int u)
-    {
-        auto& b = r.bnd<S>();
-        if (!b.act_out[u]) missing("SEND_F before the forward that produces it");
-        b.fwd.put(u, detail::take_optional(b.act_out[u]));
-    }
-
-    template <std::size_t S>
-    static void do_send_b(runner& r, int u)
-    {
-        if constexpr (S == 0) {
-            (void)r, (void)u;
-            missing("SEND_B from the first stage");
-        } else {
-            auto& b = r.bnd<S - 1>();
-            if (!b.grad_out[u]) missing("SEND_B before the backward that produces it");
-            b.bwd.put(u, detail::take_optional(b.grad_out[u]));
-        }
-    }
-
-    template <std::size_t S>
-    void compile_step(const action& a, step& st)
-    {
-        auto refuse = [&](const char* why) { throw invalid_program("action '" + to_string(a) + "': " + why); };
-        switch (a.kind) {
-        case op::F: st.run = &do_forward<S>; break;
-        case op::B: st.run = &do_backward<S, false>; break;
-        case op::I: st.run = &do_backward<S, true>; break;
-        case op::W: st.run = &do_weight<S>; break;
-        case op::SEND_F:
-            if (S + 1 == stages) refuse("the last stage has no next stage to send to");
-            st.run = &do_send_f<S>;
-            break;
-        case op::SEND_B:
-            if (S == 0) refuse("the first stage has no previous stage to send to");
-            st.run = &do_send_b<S>;
-            break;
-        case op::RECV_F:
-            if constexpr (S == 0) refuse("the first stage has no previous stage to receive from");
-            else {
-                st.chan = &bnd<S - 1>().fwd;
-                st.slot = &bnd<S - 1>().fwd.header(st.u);
+        const std::size_t n = pipe.size();
+        bindings_.resize(n);
+        pipe.visit_stages([&](std::size_t i, auto& s) {
+            using S = std::remove_cvref_t<decltype(s)>;
+            using out_t = stage_output_t<S>;
+            auto b = std::make_unique<detail::boundary<out_t, X>>();
+            payload_names_ += std::string(typeid(out_t).name()) + ";";
+            if (i + 1 < n) {
+                const int from = prog_.stage_rank[i], to = prog_.stage_rank[i + 1];
+                const bool here_from = x_->runs(from), here_to = x_->runs(to);
+                const auto ends = from == to                ? detail::boundary_ends::same_rank
+                                  : here_from && here_to    ? detail::boundary_ends::both_here
+                                  : here_from               ? detail::boundary_ends::sender_here
+                                  : here_to                 ? detail::boundary_ends::receiver_here
+                                                            : detail::boundary_ends::none;
+                b->connect(*x_, ends, static_cast<int>(i), static_cast<int>(n) - 1, from, to, U_);
+            } else {
+                b->reset(U_, true);
             }
-            break;
-        case op::RECV_B:
-            if constexpr (S + 1 == stages) refuse("the last stage has no next stage to receive from");
-            else {
-                st.chan = &bnd<S>().bwd;
-                st.slot = &bnd<S>().bwd.header(st.u);
-            }
-            break;
-        }
-    }
-
-    template <std::size_t... I>
-    void compile_step(const action& a, step& st, std::index_sequence<I...>)
-    {
-        ((a.stage == static_cast<int>(I) ? (compile_step<I>(a, st), 0) : 0), ...);
+            detail::stage_binding& sb = bindings_[i];
+            sb.frame = &frame_;
+            sb.out = b.get();
+            sb.in = i == 0 ? nullptr : boundaries_.back().get();
+            detail::bind_stage<input, output, X>(sb, s, i, n);
+            boundaries_.push_back(std::move(b));
+        });
     }
 
     void compile()
     {
         steps_.assign(static_cast<std::size_t>(R_), {});
+        posts_.assign(static_cast<std::size_t>(R_), {});
+        drains_.assign(static_cast<std::size_t>(R_), {});
+        const int stages = static_cast<int>(bindings_.size());
         for (int r = 0; r < R_; ++r)
             for (const action& a : prog_.actions[r]) {
-                if (a.stage < 0 || a.stage >= static_cast<int>(stages))
+                if (a.stage < 0 || a.stage >= stages)
                     throw invalid_program("action '" + to_string(a) + "' on rank " + std::to_string(r) +
                                           " names a stage outside [0, " + std::to_string(stages) + ")");
                 if (prog_.stage_rank[a.stage] != r)
@@ -473,12 +280,56 @@ private:
                                           std::to_string(prog_.stage_rank[a.stage]));
                 if (!prog_.units.contains(a.microbatch, a.slice))
                     throw invalid_program("action '" + to_string(a) + "' names a unit that is not in the scheme");
-                step st;
-                st.kind = a.kind;
-                st.u = prog_.units.index(a.microbatch, a.slice);
-                compile_step(a, st, std::make_index_sequence<stages>{});
+                const detail::step st =
+                    detail::compile_step(a, bindings_[a.stage], prog_.units.index(a.microbatch, a.slice));
+                if (!x_->runs(r)) continue;
+                if (st.waits_on && st.waits_on->remote(st.forward)) posts_[r].push_back({st.waits_on, st.forward, st.u});
+                if (a.kind == op::SEND_F || a.kind == op::SEND_B) {
+                    const bool fwd = a.kind == op::SEND_F;
+                    detail::boundary_base* b = fwd ? bindings_[a.stage].out : bindings_[a.stage].in;
+                    const bool known = std::any_of(drains_[r].begin(), drains_[r].end(),
+                                                   [&](const drain_of& d) { return d.b == b && d.forward == fwd; });
+                    if (b->remote(fwd) && !known) drains_[r].push_back({b, fwd});
+                }
                 steps_[r].push_back(st);
             }
+    }
+
+    //! What every process must agree on before the first iteration.
+    std::string fingerprint() const
+    {
+        std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the program's actions
+        for (const auto& row : prog_.actions)
+            for (const action& a : row)
+                for (char c : to_string(a) + ",") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+        std::string placement;
+        for (int s : prog_.stage_rank) placement += std::to_string(s) + ",";
+        return "stages " + std::to_string(bindings_.size()) + ", ranks " + std::to_string(R_) + ", units " +
+               std::to_string(U_) + ", stage placement " + placement + " program hash " + std::to_string(h) +
+               ", payload types " + payload_names_;
+    }
+
+    //! Per-iteration state back to the start: storage, channels, counters.
+    void prepare()
+    {
+        // Consumption empties storage and channels; a forward-only program's loss seeds are
+        // overwritten when written again.
+        if (iterations_++ > 0)
+            for (auto& b : boundaries_) b->reset(U_, left_payloads_);
+        cancel_.store(false, std::memory_order_relaxed);
+        error_ = nullptr;
+        error_is_local_ = false;
+        for (int r = 0; r < R_; ++r) {
+            progress_[r].at.store(0, std::memory_order_relaxed);
+            progress_[r].draining.store(false, std::memory_order_relaxed);
+            progress_[r].finished.store(false, std::memory_order_relaxed);
+            events_[r].clear();
+            if (opts_.trace) events_[r].reserve(steps_[r].size());
+            busy_[r] = 0;
+            done_[r] = 0;
+            transfers_[r] = 0;
+            peak_[r] = 0;
+        }
     }
 
     // ---- the rank coroutine -------------------------------------------------------------------
@@ -507,18 +358,21 @@ private:
         std::size_t done = 0;
         std::int64_t transfers = 0;
         int live = 0, peak = 0;
-        for (std::size_t i = 0; i < steps.size(); ++i) {
-            if (cancel_.load(std::memory_order_relaxed)) break;
-            const step& st = steps[i];
-            prog.at.store(i + 1, std::memory_order_relaxed);
-            try {
+        std::size_t i = 0;
+        try {
+            for (const post_of& p : posts_[r]) p.b->post(p.forward, p.u);
+            for (; i < steps.size(); ++i) {
+                if (cancel_.load(std::memory_order_relaxed)) break;
+                const detail::step& st = steps[i];
+                prog.at.store(i + 1, std::memory_order_relaxed);
                 const bool compute = is_compute(st.kind);
                 if (compute && owes_turn && home.has_ready()) co_await home.yield();
                 const std::uint64_t start = trace || compute ? detail::tick_clock::now() : 0;
                 switch (st.kind) {
                 case op::RECV_F:
                 case op::RECV_B: {
-                    detail::slot_wait arrival(*st.chan, *st.slot);
+                    detail::any_awaiter arrival;
+                    st.waits_on->arrival(arrival, st.forward, st.u);
                     const bool waits = !arrival.await_ready();
                     co_await arrival;
                     owes_turn = owes_turn && !waits;
@@ -527,10 +381,10 @@ private:
                 }
                 case op::SEND_F:
                 case op::SEND_B:
-                    st.run(*this, st.u);
+                    st.run(*st.stage, st.u);
                     ++transfers;
                     break;
-                default: co_await eng_.compute(dev, [this, &st] { st.run(*this, st.u); });
+                default: co_await eng_.compute(dev, [&st] { st.run(*st.stage, st.u); });
                 }
                 if (trace || compute) {
                     const std::uint64_t end = detail::tick_clock::now();
@@ -543,12 +397,18 @@ private:
                     }
                 }
                 ++done;
-            } catch (const operation_cancelled&) {
-                break;
-            } catch (...) {
-                fail(r, i, std::current_exception());
-                break;
             }
+            if (!drains_[r].empty() && !cancel_.load(std::memory_order_relaxed)) {
+                prog.draining.store(true, std::memory_order_relaxed);
+                for (const drain_of& d : drains_[r]) {
+                    detail::any_awaiter drained;
+                    d.b->drain(drained, d.forward);
+                    co_await drained;
+                }
+            }
+        } catch (const operation_cancelled&) {
+        } catch (...) {
+            fail(r, std::min(i, steps.size() - 1), std::current_exception());
         }
         busy_[r] = static_cast<double>(busy) * spt_;
         peak_[r] = peak;
@@ -558,18 +418,23 @@ private:
         home.release();
     }
 
-    // ---- failure, completion, watchdog --------------------------------------------------------
+    // ---- failure, completion ------------------------------------------------------------------
     void cancel_all() noexcept
     {
         cancel_.store(true, std::memory_order_seq_cst);
-        std::apply([](auto&... b) { (b.cancel(), ...); }, bounds_);
+        for (auto& b : boundaries_) b->cancel();
     }
 
-    void set_error(std::exception_ptr e)
+    //! Records the first error of the iteration and cancels everything; `local`: it happened in
+    //! this process (so the other processes must be told).
+    void set_error(std::exception_ptr e, bool local)
     {
         {
             std::lock_guard<std::mutex> g(error_m_);
-            if (!error_) error_ = std::move(e);
+            if (!error_) {
+                error_ = std::move(e);
+                error_is_local_ = local;
+            }
         }
         cancel_all();
     }
@@ -578,114 +443,56 @@ private:
     {
         const action& a = prog_.actions[r][i];
         const unit& un = units_[steps_[r][i].u];
-        std::string m = "rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) + "), stage " +
-                        std::to_string(a.stage) + ", action " + detail::describe(a, un) +
+        std::string m = "rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) + x_->where(r) +
+                        "), stage " + std::to_string(a.stage) + ", action " + detail::describe(a, un) +
                         " failed: " + detail::what_of(cause);
-        set_error(std::make_exception_ptr(execution_error(std::move(m), r, device_[r], a, un, cause)));
+        set_error(std::make_exception_ptr(execution_error(std::move(m), r, device_[r], a, un, cause)), true);
     }
 
     static void root_done(void* p) noexcept
     {
         auto* self = static_cast<runner*>(p);
-        const double t = self->clock();
-        std::lock_guard<std::mutex> g(self->done_m_);
-        self->end_ = std::max(self->end_, t);
-        if (--self->remaining_ == 0) self->done_cv_.notify_all();
+        self->completion_.done(self->clock());
     }
 
-    std::string stuck_report(double seconds) const
-    {
-        std::string m = "watchdog: no rank started a new action for " + std::to_string(seconds) + " s;";
-        for (int r = 0; r < R_; ++r) {
-            m += " rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) + ") ";
-            const std::size_t at = progress_[r].at.load(std::memory_order_relaxed);
-            if (progress_[r].finished.load(std::memory_order_relaxed) || at == 0) {
-                m += progress_[r].finished.load(std::memory_order_relaxed) ? "finished;" : "has not started;";
-                continue;
-            }
-            const action& a = prog_.actions[r][at - 1];
-            const std::string here = "at action #" + std::to_string(at - 1) + " '" + to_string(a) + "'";
-            if (a.kind == op::RECV_F || a.kind == op::RECV_B) {
-                const bool fwd = a.kind == op::RECV_F;
-                const action partner{a.stage + (fwd ? -1 : 1), fwd ? op::SEND_F : op::SEND_B, a.microbatch, a.slice};
-                const int peer = prog_.stage_rank[partner.stage];
-                m += "waits " + here + " for '" + to_string(partner) + "' from rank " + std::to_string(peer);
-                const auto& row = prog_.actions[peer];
-                const std::size_t peer_at = progress_[peer].at.load(std::memory_order_relaxed);
-                bool ahead = false;
-                for (std::size_t k = peer_at == 0 ? 0 : peer_at - 1; k < row.size(); ++k) ahead |= row[k] == partner;
-                m += ahead ? " (not reached yet);" : " (which never sends it);";
-            } else {
-                m += "is running " + here + " (the stage function has not returned);";
-            }
-        }
-        m.pop_back();
-        return m;
-    }
-
-    void wait()
-    {
-        // No spinning here: the calling thread would take a core from a loop thread.
-        std::unique_lock<std::mutex> lk(done_m_);
-        const auto period = opts_.watchdog;
-        if (period.count() <= 0) {
-            done_cv_.wait(lk, [&] { return remaining_ == 0; });
-            return;
-        }
-        const auto tick = std::clamp(period / 10, std::chrono::milliseconds(1), std::chrono::milliseconds(100));
-        std::size_t seen = ~std::size_t{0};
-        auto changed = std::chrono::steady_clock::now();
-        bool fired = false;
-        while (remaining_ > 0) {
-            done_cv_.wait_for(lk, tick, [&] { return remaining_ == 0; });
-            if (remaining_ == 0 || fired) continue;
-            std::size_t sum = 0;
-            for (int r = 0; r < R_; ++r) sum += progress_[r].at.load(std::memory_order_relaxed);
-            const auto now = std::chrono::steady_clock::now();
-            if (sum != seen) {
-                seen = sum;
-                changed = now;
-            } else if (now - changed >= period) {
-                fired = true;
-                lk.unlock();
-                set_error(std::make_exception_ptr(
-                    watchdog_error(stuck_report(std::chrono::duration<double>(period).count()))));
-                lk.lock();
-            }
-        }
-    }
-
-    Pipe& pipe_;
     E& eng_;
+    [[no_unique_address]] local_transport local_;
+    X* x_;
     run_options opts_;
     program prog_;
     int R_ = 0, U_ = 0;
     std::vector<unit> units_;
+    detail::iteration_frame frame_;
     std::vector<int> device_;
-    std::vector<bool> shares_loop_;  //!< per rank: another rank runs on the same loop
-    typename detail::boundaries_of<Pipe, std::make_index_sequence<stages>>::type bounds_;
-    std::vector<std::vector<step>> steps_;
+    std::vector<int> local_ranks_;
+    bool all_local_ = true;
+    std::vector<bool> shares_loop_;  //!< per rank: another rank of this process runs on the same loop
+    std::vector<detail::stage_binding> bindings_;
+    std::vector<std::unique_ptr<detail::boundary_base>> boundaries_;  //!< per stage: at its output
+    std::string payload_names_;
+    std::vector<std::vector<detail::step>> steps_;
+    std::vector<std::vector<post_of>> posts_;
+    std::vector<std::vector<drain_of>> drains_;
     std::vector<std::vector<timed_action>> events_;
     std::unique_ptr<detail::rank_progress[]> progress_;
     std::vector<double> busy_;
     std::vector<std::size_t> done_;        //!< per rank, actions executed
     std::vector<std::int64_t> transfers_;  //!< per rank, sends minus receives executed
     std::vector<int> peak_;
-    const io_type* io_ = nullptr;
     std::size_t iterations_ = 0;
     bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
-    std::uint64_t t0_ = 0;   //!< tick_clock at the start of the iteration
-    double spt_ = 0;         //!< seconds per tick
+    bool broken_ = false;         //!< an iteration failed with ranks in other processes
+    std::uint64_t t0_ = 0;        //!< tick_clock at the start of the iteration
+    double spt_ = 0;              //!< seconds per tick
     std::atomic<bool> cancel_{false};
     std::mutex error_m_;
     std::exception_ptr error_;
-    std::mutex done_m_;
-    std::condition_variable done_cv_;
-    int remaining_ = 0;
-    double end_ = 0;
+    bool error_is_local_ = false;
+    detail::completion completion_;
 };
 
-//! Runs one iteration of `pipe` following `prog` (lowered here if compute-only) on `eng`.
+//! Runs one iteration of `pipe` following `prog` (lowered here if compute-only) on `eng`, every
+//! rank in this process.
 template <pipeline_graph Pipe, engine E>
 run_stats run(Pipe& pipe, const program& prog, E& eng, const io_for<Pipe>& io, run_options opts = {})
 {

@@ -2,7 +2,6 @@
 // The reference GPT as tpipe stages: a model cut into contiguous parts, each part a stage
 // functor (forward, backward, and the split backward_input/backward_weight for zero-bubble
 // schedules), run by tpipe::run on CPU threads.
-#include <array>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -39,9 +38,6 @@ inline std::vector<int> even_layer_cuts(int layers, int stages)
     return cuts;
 }
 
-//! Largest number of stages a pipelined_model supports (the pipeline type is built per count).
-inline constexpr int max_stages = 8;
-
 //! The model cut into `stages` parts, runnable by tpipe::run with any program for that many
 //! stages. `threads_per_part` sizes each part's GEMM thread pool.
 template <class T>
@@ -50,9 +46,8 @@ public:
     pipelined_model(parameters<T>& params, int stages, int threads_per_part = 1, std::vector<int> layer_cuts = {})
         : params_(&params)
     {
-        if (stages < 1 || stages > max_stages)
-            throw std::invalid_argument("the GPT pipeline supports 1.." + std::to_string(max_stages) +
-                                        " stages, got " + std::to_string(stages));
+        if (stages < 1)
+            throw std::invalid_argument("the GPT pipeline needs at least 1 stage, got " + std::to_string(stages));
         if (layer_cuts.empty()) layer_cuts = even_layer_cuts(params.cfg.layers, stages);
         if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() != 0 ||
             layer_cuts.back() != params.cfg.layers)
@@ -75,35 +70,20 @@ public:
     {
         params_->zero_grad();
         for (auto& p : parts_) p->begin(&b);
-        tpipe::run_stats s = dispatch(prog, eng, std::move(opts));
+        tpipe::run_stats s = run_stages(prog, eng, std::move(opts));
         for (auto& p : parts_) p->flush_grad();
         if (stats) *stats = std::move(s);
         return parts_.back()->loss();
     }
 
 private:
-    template <tpipe::engine E, std::size_t... I>
-    tpipe::run_stats run_n(const tpipe::program& prog, E& eng, tpipe::run_options opts, std::index_sequence<I...>)
+    template <tpipe::engine E>
+    tpipe::run_stats run_stages(const tpipe::program& prog, E& eng, tpipe::run_options opts)
     {
-        auto pipe = tpipe::pipeline(std::ref(stages_[I])...);
+        tpipe::uniform_pipeline<stage<T>> pipe(stages_);
         tpipe::io_for<decltype(pipe)> io;
         io.source = [](const tpipe::unit&) { return activation<T>{}; };
         return tpipe::run(pipe, prog, eng, io, std::move(opts));
-    }
-
-    template <tpipe::engine E>
-    tpipe::run_stats dispatch(const tpipe::program& prog, E& eng, tpipe::run_options opts)
-    {
-        switch (stages()) {
-        case 1: return run_n(prog, eng, std::move(opts), std::make_index_sequence<1>{});
-        case 2: return run_n(prog, eng, std::move(opts), std::make_index_sequence<2>{});
-        case 3: return run_n(prog, eng, std::move(opts), std::make_index_sequence<3>{});
-        case 4: return run_n(prog, eng, std::move(opts), std::make_index_sequence<4>{});
-        case 5: return run_n(prog, eng, std::move(opts), std::make_index_sequence<5>{});
-        case 6: return run_n(prog, eng, std::move(opts), std::make_index_sequence<6>{});
-        case 7: return run_n(prog, eng, std::move(opts), std::make_index_sequence<7>{});
-        default: return run_n(prog, eng, std::move(opts), std::make_index_sequence<8>{});
-        }
     }
 
     parameters<T>* params_;

@@ -1,0 +1,164 @@
+#pragma once
+// detail::boundary<T, X>: everything at the output of one stage (T = its output type): the
+// payloads waiting to be sent or consumed on this process, and the two channels to the next
+// stage (activations forward, gradients backward), each local, from transport X, or none.
+// detail::boundary_base is the type-independent face the rank coroutine awaits through.
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/exec/channel.hpp"
+#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/exec/local_channel.hpp"
+#include "tpipe/exec/transport.hpp"
+
+namespace tpipe::detail {
+
+template <class T>
+T take_optional(std::optional<T>& o)
+{
+    T v = std::move(*o);
+    o.reset();
+    return v;
+}
+
+//! One direction of a boundary: a local channel, a channel of the transport, or none (neither
+//! end runs here, or both stages are on one rank).
+template <payload T, channel Remote>
+class link {
+public:
+    void connect_local()
+    {
+        remote_.reset();
+        local_.emplace();
+    }
+    void connect_remote(std::unique_ptr<Remote> r)
+    {
+        local_.reset();
+        remote_ = std::move(r);
+    }
+    bool connected() const noexcept { return local_ || remote_; }
+    bool remote() const noexcept { return remote_ != nullptr; }
+
+    void send(int tag, T&& v)
+    {
+        if (remote_) remote_->send(tag, std::move(v));
+        else local().send(tag, std::move(v));
+    }
+    void post(int tag)
+    {
+        if (remote_) remote_->post(tag);
+    }
+    bool ready(int tag) const noexcept
+    {
+        if (remote_) return remote_->ready(tag);
+        return local_ && local_->ready(tag);
+    }
+    T take(int tag) { return remote_ ? remote_->take(tag) : local().take(tag); }
+    void arrival(any_awaiter& a, int tag)
+    {
+        if (remote_) a.emplace<decltype(remote_->arrival(tag))>(remote_->arrival(tag));
+        else a.emplace<slot_wait>(local().arrival(tag));
+    }
+    void drain(any_awaiter& a)
+    {
+        if (remote_) a.emplace<decltype(remote_->drain())>(remote_->drain());
+        else a.emplace<std::suspend_never>();
+    }
+    void reset(int tags, bool clear)
+    {
+        if (remote_) remote_->reset(tags);
+        if (!local_) return;
+        local_->reset(tags);
+        if (clear) local_->clear();
+    }
+    void cancel() noexcept
+    {
+        if (remote_) remote_->cancel();
+        if (local_) local_->cancel();
+    }
+
+private:
+    local_channel<T>& local()
+    {
+        if (!local_) throw error("runtime: a payload crossed a stage boundary that has no channel on this process");
+        return *local_;
+    }
+    std::optional<local_channel<T>> local_;
+    std::unique_ptr<Remote> remote_;
+};
+
+//! How a boundary's two ranks relate to this process.
+enum class boundary_ends { none, same_rank, both_here, sender_here, receiver_here };
+
+class boundary_base {
+public:
+    virtual ~boundary_base() = default;
+    //! Starts an iteration of `units` units; `clear` also destroys payloads left behind.
+    virtual void reset(int units, bool clear) = 0;
+    virtual void cancel() noexcept = 0;
+    //! Receiving end of the forward (activations) or backward (gradients) direction.
+    virtual void post(bool forward, int tag) = 0;
+    virtual void arrival(any_awaiter& a, bool forward, int tag) = 0;
+    //! Sending end: completes once every payload sent this iteration was released.
+    virtual void drain(any_awaiter& a, bool forward) = 0;
+    virtual bool remote(bool forward) const noexcept = 0;
+};
+
+template <payload T, transport X>
+class boundary final : public boundary_base {
+public:
+    using remote_channel = typename X::template channel_type<T>;
+
+    std::vector<std::optional<T>> act_out;   //!< forward output not yet sent or consumed
+    std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
+    std::vector<std::optional<T>> seed;      //!< last stage only: loss gradient per unit
+    link<T, remote_channel> fwd;             //!< activations to the next stage
+    link<T, remote_channel> bwd;             //!< gradients from the next stage
+
+    //! Connects both directions of boundary `index` (stage index to stage index + 1, on ranks
+    //! `from` and `to`) for `units` units.
+    void connect(X& x, boundary_ends ends, int index, int boundaries, int from, int to, int units)
+    {
+        switch (ends) {
+        case boundary_ends::none:
+        case boundary_ends::same_rank: break;
+        case boundary_ends::both_here:
+            fwd.connect_local();
+            bwd.connect_local();
+            break;
+        case boundary_ends::sender_here:
+        case boundary_ends::receiver_here: {
+            const bool here_first = ends == boundary_ends::sender_here;  // stage `index` runs here
+            fwd.connect_remote(x.template connect<T>(endpoint{index, true, from, to, here_first, units, boundaries}));
+            bwd.connect_remote(x.template connect<T>(endpoint{index, false, to, from, !here_first, units, boundaries}));
+            break;
+        }
+        }
+        reset(units, true);
+    }
+
+    void reset(int units, bool clear) override
+    {
+        fwd.reset(units, clear);
+        bwd.reset(units, clear);
+        if (!clear) return;
+        for (auto* v : {&act_out, &grad_out, &seed}) {
+            v->clear();  // keeps the capacity: no allocation after the first iteration
+            v->resize(static_cast<std::size_t>(units));
+        }
+    }
+    void cancel() noexcept override
+    {
+        fwd.cancel();
+        bwd.cancel();
+    }
+    void post(bool forward, int tag) override { (forward ? fwd : bwd).post(tag); }
+    void arrival(any_awaiter& a, bool forward, int tag) override { (forward ? fwd : bwd).arrival(a, tag); }
+    void drain(any_awaiter& a, bool forward) override { (forward ? fwd : bwd).drain(a); }
+    bool remote(bool forward) const noexcept override { return (forward ? fwd : bwd).remote(); }
+};
+
+} // namespace tpipe::detail

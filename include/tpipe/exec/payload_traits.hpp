@@ -1,0 +1,62 @@
+#pragma once
+// tpipe::payload_traits<T>: how a payload becomes bytes and back, for transports that leave the
+// process (MPI; later NCCL and CUDA peer copies). A local channel moves the object and needs no
+// trait. A payload travels as two parts:
+//
+//   header  a small trivially copyable value describing the shape (element count, rows x tokens,
+//           dtype...), sent first, so that the receiver can allocate the object;
+//   body    one contiguous byte range inside the object, sent and received in place (no copy
+//           through a staging buffer).
+//
+//   template <> struct tpipe::payload_traits<my_act> {
+//     struct header { std::int64_t rows, tokens, width; };
+//     static header header_of(const my_act& a);                 // sender: the shape
+//     static my_act make(const header& h);                      // receiver: an object of that shape
+//     static std::span<const std::byte> bytes(const my_act& a); // sender: the body
+//     static std::span<std::byte> bytes(my_act& a);             // receiver: where the body goes
+//   };
+//
+// make(h) must give an object whose bytes() has the size bytes(original) had: the receiver checks
+// it against the message that arrives and refuses a mismatch.
+//
+// Provided: std::vector<T> of a trivially copyable T (header: the element count).
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "tpipe/exec/stage.hpp"
+
+namespace tpipe {
+
+//! Specialise for a payload type that must cross processes (see the header comment).
+template <class T>
+struct payload_traits;
+
+//! A payload with a byte form: payload_traits<T> is specialised as described above.
+template <class T>
+concept byte_payload =
+    payload<T> && requires { typename payload_traits<T>::header; } &&
+    std::is_trivially_copyable_v<typename payload_traits<T>::header> &&
+    requires(const T& c, T& m, const typename payload_traits<T>::header& h) {
+        { payload_traits<T>::header_of(c) } -> std::same_as<typename payload_traits<T>::header>;
+        { payload_traits<T>::make(h) } -> std::same_as<T>;
+        { payload_traits<T>::bytes(c) } -> std::same_as<std::span<const std::byte>>;
+        { payload_traits<T>::bytes(m) } -> std::same_as<std::span<std::byte>>;
+    };
+
+template <class T>
+    requires std::is_trivially_copyable_v<T>
+struct payload_traits<std::vector<T>> {
+    struct header {
+        std::uint64_t count;
+    };
+    static header header_of(const std::vector<T>& v) { return {static_cast<std::uint64_t>(v.size())}; }
+    static std::vector<T> make(const header& h) { return std::vector<T>(static_cast<std::size_t>(h.count)); }
+    static std::span<const std::byte> bytes(const std::vector<T>& v) { return std::as_bytes(std::span<const T>(v)); }
+    static std::span<std::byte> bytes(std::vector<T>& v) { return std::as_writable_bytes(std::span<T>(v)); }
+};
+
+} // namespace tpipe

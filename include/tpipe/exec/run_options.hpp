@@ -1,0 +1,64 @@
+#pragma once
+// What tpipe::run takes and gives back: the user's ends of the pipeline (run_io), how to run
+// (run_options) and what an iteration did (run_stats).
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/core/unit.hpp"
+#include "tpipe/sim/chrome_trace.hpp"
+#include "tpipe/sim/timeline.hpp"
+
+namespace tpipe {
+
+//! How to run: placement of ranks on devices, watchdog, validation.
+struct run_options {
+    std::vector<int> device_of_rank;                                //!< empty: rank r on device r % devices
+    std::chrono::milliseconds watchdog{std::chrono::seconds(60)};   //!< 0: no watchdog
+    bool validate = true;                                           //!< tpipe::validate the program first
+    //! Record every action's interval into run_stats::events (for trace(), text_timeline,
+    //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
+    //! action and none per send or receive.
+    bool trace = false;
+};
+
+//! What an iteration did. Times are seconds since the iteration started.
+struct run_stats {
+    int ranks = 0;
+    double time = 0;                     //!< from the start until the last rank finished
+    std::vector<double> busy;            //!< per rank, seconds spent in compute actions
+    std::vector<int> peak_activations;   //!< per rank, most units alive at once (F done, B/W not)
+    std::vector<int> device_of_rank;
+    std::vector<int> local_ranks;        //!< the ranks this process ran (SPMD); others' figures are 0
+    std::size_t actions = 0;             //!< actions executed (compute and communication)
+    //! With run_options::trace: what ran, per rank in order (same form as the simulator).
+    std::vector<timed_action> events;
+
+    //! Perfetto/Chrome trace of what ran (the simulator's exporter). Throws tpipe::error if the
+    //! iteration ran without run_options::trace.
+    std::string trace(const std::string& title = "tpipe run") const
+    {
+        if (events.empty() && actions > 0)
+            throw error("run_stats::trace: the iteration was run without run_options::trace = true, so no events "
+                        "were recorded");
+        return chrome_trace(events, ranks, title);
+    }
+};
+
+//! The user's end of the pipeline: first input, loss gradient, first input gradient.
+template <class In, class Out>
+struct run_io {
+    std::function<In(const unit&)> source;            //!< required
+    std::function<Out(const unit&, Out&&)> loss;      //!< optional: default drops out, seeds Out{}
+    std::function<void(const unit&, In&&)> input_grad;  //!< optional: default drops it
+};
+
+//! The run_io of a pipeline type.
+template <class P>
+using io_for = run_io<typename std::remove_cvref_t<P>::input, typename std::remove_cvref_t<P>::output>;
+
+} // namespace tpipe
