@@ -1,0 +1,56 @@
+#pragma once
+// The communicator concept: a group of members (ranks) that exchange bytes point-to-point and
+// run collectives (sum all-reduce, broadcast, barrier), split into sub-groups. Data parallelism
+// all-reduces each stage's gradients across its replicas through it. Models:
+// tpipe::thread_communicator (members are threads of one process, tpipe/comm/thread_communicator.hpp)
+// and tpipe::mpi::communicator (members are MPI processes, tpipe/mpi/communicator.hpp).
+//
+// Semantics (every model)
+// - Every operation but split() returns an awaitable meant to be awaited from a coroutine that
+//   runs on a tpipe::loop (a loop_thread, sync_wait). It never blocks the loop's thread: it
+//   suspends, and a tpipe::poller of that loop or a peer resumes the coroutine on the loop it
+//   suspended on.
+// - Collectives (all_reduce_sum, broadcast, barrier) are called by every member, in the same
+//   order on every member, with the same sizes (and the same root); a model refuses mismatched
+//   sizes with tpipe::error where it can see them.
+// - A result is bitwise identical on every member, and all_reduce_sum is the left fold in rank
+//   order ((x0 + x1) + x2) + ... computed in T: the replicas of a data-parallel group must stay
+//   bitwise identical, and the same program on threads and on processes gives the same bits.
+// - send(peer, tag, bytes) / recv(peer, tag, bytes): messages from one source with one tag are
+//   received in the order they were sent; recv's span has exactly the size of the message (a
+//   different size is a tpipe::error). Tags are >= 0.
+// - split(color, key) is a *blocking* collective meant for setup, called by every member: the
+//   members with the same color (>= 0) form a new communicator, ranked by (key, old rank).
+// - cancel() (noexcept, any thread): every pending and future operation of this member
+//   completes by throwing tpipe::operation_cancelled, so a member whose peer failed never
+//   waits forever. reset() clears it for the next iteration; call it only when no operation of
+//   this member is pending.
+// - One member handle is used from one loop at a time; give each loop its own handle (split).
+#include <cstddef>
+#include <span>
+
+#include "tpipe/exec/channel.hpp"
+
+namespace tpipe {
+
+//! A model of the communicator contract above (all_reduce_sum is also required for
+//! std::int32_t and std::int64_t; the concept checks float and double).
+template <class C>
+concept communicator =
+    std::move_constructible<C> &&
+    requires(C& c, const C& cc, int i, std::span<float> f, std::span<double> d, std::span<std::byte> b,
+             std::span<const std::byte> cb) {
+        { cc.rank() } -> std::same_as<int>;
+        { cc.size() } -> std::same_as<int>;
+        { c.all_reduce_sum(f) } -> awaitable_of<void>;
+        { c.all_reduce_sum(d) } -> awaitable_of<void>;
+        { c.broadcast(b, i) } -> awaitable_of<void>;
+        { c.barrier() } -> awaitable_of<void>;
+        { c.send(i, i, cb) } -> awaitable_of<void>;
+        { c.recv(i, i, b) } -> awaitable_of<void>;
+        { c.split(i, i) } -> std::same_as<C>;
+        { c.cancel() } noexcept;
+        c.reset();
+    };
+
+} // namespace tpipe
