@@ -1,0 +1,95 @@
+#pragma once
+// tpipe::mpi::progress_thread: drives Open MPI's progress engine while the loops compute.
+//
+// Why: Open MPI progresses a message only inside MPI calls of the processes involved. A
+// rendezvous-sized send (above the eager limit, a few KiB to 64 KiB on shared memory and TCP)
+// posted before a long compute would otherwise move only when its loop next tests it, i.e.
+// after the compute. While any tpipe MPI operation is outstanding (tpipe::mpi::request_wait
+// and the communicator's collectives count themselves in detail::outstanding()), the thread
+// calls MPI_Iprobe on a private duplicate of MPI_COMM_SELF (so it never matches or consumes a
+// message, and never touches the loops' requests) every `interval`, sleeping in between (not
+// spinning: it costs little on a machine with few cores). With nothing outstanding it sleeps on
+// the counter (a futex) until an operation is posted.
+//
+// Owned by tpipe::mpi::environment (one per process, on by default), or constructed on its
+// own after MPI is initialised with MPI_THREAD_MULTIPLE (it calls MPI from its own thread).
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/mpi/error.hpp"
+
+namespace tpipe::mpi {
+
+namespace detail {
+//! Number of tpipe MPI operations in flight in this process.
+inline std::atomic<int>& outstanding() noexcept
+{
+    static std::atomic<int> n{0};
+    return n;
+}
+inline void begin_outstanding() noexcept
+{
+    if (outstanding().fetch_add(1, std::memory_order_seq_cst) == 0) outstanding().notify_all();
+}
+inline void end_outstanding() noexcept { outstanding().fetch_sub(1, std::memory_order_release); }
+} // namespace detail
+
+class progress_thread {
+public:
+    //! Starts the thread. MPI must be initialised with MPI_THREAD_MULTIPLE.
+    explicit progress_thread(std::chrono::microseconds interval = std::chrono::microseconds(50)) : interval_(interval)
+    {
+        int level = MPI_THREAD_SINGLE;
+        check(MPI_Query_thread(&level), "MPI_Query_thread");
+        if (level < MPI_THREAD_MULTIPLE)
+            throw tpipe::error("tpipe::mpi::progress_thread needs MPI initialised with MPI_THREAD_MULTIPLE (it calls MPI from its own "
+                               "thread); use tpipe::mpi::environment or MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
+        check(MPI_Comm_dup(MPI_COMM_SELF, &comm_), "MPI_Comm_dup(MPI_COMM_SELF) for the progress thread");
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+        thread_ = std::thread([this] { run(); });
+    }
+    progress_thread(const progress_thread&) = delete;
+    progress_thread& operator=(const progress_thread&) = delete;
+    ~progress_thread()
+    {
+        stop_.store(true, std::memory_order_seq_cst);
+        detail::outstanding().fetch_add(1, std::memory_order_seq_cst);  // wakes a sleeping thread
+        detail::outstanding().notify_all();
+        thread_.join();
+        detail::outstanding().fetch_sub(1, std::memory_order_seq_cst);
+        MPI_Comm_free(&comm_);
+    }
+
+    std::chrono::microseconds interval() const noexcept { return interval_; }
+    //! MPI_Iprobe calls made so far (to check that the thread runs, and idles when it should).
+    std::uint64_t probes() const noexcept { return probes_.load(std::memory_order_relaxed); }
+
+private:
+    void run() noexcept
+    {
+        auto& n = detail::outstanding();
+        while (!stop_.load(std::memory_order_acquire)) {
+            if (n.load(std::memory_order_acquire) <= 0) {
+                n.wait(0, std::memory_order_acquire);
+                continue;
+            }
+            int flag = 0;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+            probes_.fetch_add(1, std::memory_order_relaxed);
+            std::this_thread::sleep_for(interval_);
+        }
+    }
+
+    std::chrono::microseconds interval_;
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    std::atomic<bool> stop_{false};
+    std::atomic<std::uint64_t> probes_{0};
+    std::thread thread_;
+};
+
+} // namespace tpipe::mpi
