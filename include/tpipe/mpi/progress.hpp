@@ -7,7 +7,8 @@
 // after the compute. While any tpipe MPI operation is outstanding (tpipe::mpi::request_wait
 // and the communicator's collectives count themselves in detail::outstanding()), the thread
 // calls MPI_Iprobe on a private duplicate of MPI_COMM_SELF (so it never matches or consumes a
-// message, and never touches the loops' requests) every `interval`, sleeping in between (not
+// message, and never touches the loops' requests) and runs the registered progress hooks
+// (tpipe::mpi::channel: a body's receive is posted as soon as its header is in) every `interval`, sleeping in between (not
 // spinning: it costs little on a machine with few cores). With nothing outstanding it sleeps on
 // the counter (a futex) until an operation is posted.
 //
@@ -18,7 +19,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/error.hpp"
@@ -37,6 +40,43 @@ inline void begin_outstanding() noexcept
     if (outstanding().fetch_add(1, std::memory_order_seq_cst) == 0) outstanding().notify_all();
 }
 inline void end_outstanding() noexcept { outstanding().fetch_sub(1, std::memory_order_release); }
+
+//! Something the progress thread advances on each tick besides MPI's own engine: a
+//! tpipe::mpi::channel posts a body's receive once its header has arrived, so that a body
+//! moves while the receiving loop computes. progress() must not block (it try-locks).
+class progress_hook {
+public:
+    virtual void progress() noexcept = 0;
+
+protected:
+    ~progress_hook() = default;
+};
+
+struct progress_hooks {
+    std::mutex m;
+    std::vector<progress_hook*> list;
+};
+inline progress_hooks& hooks() noexcept
+{
+    static progress_hooks h;
+    return h;
+}
+inline void add_progress_hook(progress_hook* h)
+{
+    std::lock_guard<std::mutex> g(hooks().m);
+    hooks().list.push_back(h);
+}
+//! After it returns, the progress thread no longer calls h.
+inline void remove_progress_hook(progress_hook* h) noexcept
+{
+    std::lock_guard<std::mutex> g(hooks().m);
+    std::erase(hooks().list, h);
+}
+inline void run_progress_hooks() noexcept
+{
+    std::lock_guard<std::mutex> g(hooks().m);
+    for (progress_hook* h : hooks().list) h->progress();
+}
 } // namespace detail
 
 class progress_thread {
@@ -80,6 +120,7 @@ private:
             }
             int flag = 0;
             MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+            detail::run_progress_hooks();
             probes_.fetch_add(1, std::memory_order_relaxed);
             std::this_thread::sleep_for(interval_);
         }

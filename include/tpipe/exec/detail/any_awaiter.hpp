@@ -12,7 +12,7 @@ namespace tpipe::detail {
 
 class any_awaiter {
 public:
-    static constexpr std::size_t capacity = 64;
+    static constexpr std::size_t capacity = 96;
 
     any_awaiter() = default;
     any_awaiter(const any_awaiter&) = delete;

@@ -1,0 +1,156 @@
+#pragma once
+// tpipe::mpi::transport: a tpipe::transport whose ranks are spread over MPI processes, as a
+// tpipe::world lays them out. Boundaries between ranks of different processes get a
+// tpipe::mpi::channel; boundaries inside a process stay local (the runner decides).
+//
+//   tpipe::mpi::environment env(argc, argv);                       // MPI_THREAD_MULTIPLE
+//   auto w = tpipe::world::one_rank_per_process(P, D);            // rank r of replica d on d*P + r
+//   tpipe::mpi::transport x(w, replica);                          // collective over MPI_COMM_WORLD
+//   tpipe::runner r(pipe, prog, engine, x);                       // same pipeline and program everywhere
+//
+// Construction is collective over `comm` (every process constructs its transports in the same
+// order) and refuses a job whose size is not the world's process count, with the same message
+// on every process. agree() (called by the runner) compares the processes' configurations.
+// fail() tells every other process that this one's iteration failed; failure() polls for that.
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/exec/transport.hpp"
+#include "tpipe/exec/world.hpp"
+#include "tpipe/mpi/channel.hpp"
+#include "tpipe/mpi/error.hpp"
+
+namespace tpipe::mpi {
+
+class transport {
+public:
+    template <class T>
+    using channel_type = mpi::channel<T>;
+
+    //! Replica `replica` of world `w` over the processes of `comm` (duplicated: tpipe's messages
+    //! never meet the application's).
+    transport(const tpipe::world& w, int replica, MPI_Comm comm = MPI_COMM_WORLD) : world_(w), replica_(replica)
+    {
+        check(MPI_Comm_rank(comm, &me_), "MPI_Comm_rank");
+        check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
+        if (size_ != w.processes())
+            throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the world (" +
+                                   std::to_string(w.pipeline_ranks()) + " pipeline ranks x " +
+                                   std::to_string(w.replicas()) + " replicas) is laid out over " +
+                                   std::to_string(w.processes()) + "; launch it with mpirun -np " +
+                                   std::to_string(w.processes()));
+        if (replica < 0 || replica >= w.replicas())
+            throw invalid_argument("mpi::transport: replica " + std::to_string(replica) + " is outside [0, " +
+                                   std::to_string(w.replicas()) + ")");
+        check(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup (pipeline payloads)");
+        check(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup (failure notices)");
+        MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+        MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+        int flag = 0;
+        int* ub = nullptr;
+        check(MPI_Comm_get_attr(data_, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr(MPI_TAG_UB)");
+        tag_ub_ = flag && ub ? *ub : 32767;
+    }
+    transport(const transport&) = delete;
+    transport& operator=(const transport&) = delete;
+    ~transport()
+    {
+        for (MPI_Request& r : notices_) MPI_Request_free(&r);
+        MPI_Comm_free(&control_);
+        MPI_Comm_free(&data_);
+    }
+
+    int process() const noexcept { return me_; }
+    int replica() const noexcept { return replica_; }
+    const tpipe::world& layout() const noexcept { return world_; }
+
+    bool runs(int rank) const { return world_.process_of(replica_, rank) == me_; }
+
+    std::string where(int rank) const
+    {
+        const int p = world_.process_of(replica_, rank);
+        return p == me_ ? std::string() : "on process " + std::to_string(p);
+    }
+
+    template <class T>
+    std::unique_ptr<channel<T>> connect(const endpoint& e)
+    {
+        const long long base = 2LL * (2LL * e.boundary + (e.forward ? 0 : 1)) * e.tags;
+        const long long top = 2LL * (2LL * e.boundaries) * e.tags;
+        if (top > tag_ub_)
+            throw invalid_argument("mpi::transport: " + std::to_string(e.boundaries) + " boundaries x " +
+                                   std::to_string(e.tags) + " units need MPI tags up to " + std::to_string(top) +
+                                   ", above this MPI's MPI_TAG_UB of " + std::to_string(tag_ub_) +
+                                   "; use fewer units per iteration");
+        const int peer = world_.process_of(replica_, e.sending ? e.to_rank : e.from_rank);
+        return std::make_unique<channel<T>>(data_, peer, static_cast<int>(base), e.sending, e.tags);
+    }
+
+    //! Collective: every process passes its configuration; all throw the same error if they differ.
+    void agree(const std::string& text)
+    {
+        const int len = static_cast<int>(text.size());
+        std::vector<int> lens(static_cast<std::size_t>(size_));
+        check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, control_), "MPI_Allgather (configuration)");
+        std::vector<int> offsets(static_cast<std::size_t>(size_), 0);
+        for (int p = 1; p < size_; ++p) offsets[p] = offsets[p - 1] + lens[p - 1];
+        std::string all(static_cast<std::size_t>(offsets.back() + lens.back()), '\0');
+        check(MPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, control_),
+              "MPI_Allgatherv (configuration)");
+        const std::string first = all.substr(0, static_cast<std::size_t>(lens[0]));
+        for (int p = 1; p < size_; ++p) {
+            const std::string other = all.substr(static_cast<std::size_t>(offsets[p]), static_cast<std::size_t>(lens[p]));
+            if (other != first)
+                throw invalid_argument("mpi::transport: the processes run different configurations (every process "
+                                       "must build the same pipeline and program): process 0 has [" + first +
+                                       "], process " + std::to_string(p) + " has [" + other + "]");
+        }
+    }
+
+    //! Tells every other process that this one's iteration failed (never blocks).
+    void fail(const std::string& message)
+    {
+        notice_ = "process " + std::to_string(me_) + " (replica " + std::to_string(replica_) + "): " + message;
+        for (int p = 0; p < size_; ++p) {
+            if (p == me_) continue;
+            MPI_Request r = MPI_REQUEST_NULL;
+            if (MPI_Isend(notice_.data(), static_cast<int>(notice_.size()), MPI_CHAR, p, notice_tag, control_, &r) ==
+                MPI_SUCCESS)
+                notices_.push_back(r);
+        }
+    }
+
+    //! A failure notice from another process, if one has arrived.
+    std::optional<std::string> failure()
+    {
+        int flag = 0;
+        MPI_Status st{};
+        check(MPI_Iprobe(MPI_ANY_SOURCE, notice_tag, control_, &flag, &st), "MPI_Iprobe (failure notices)");
+        if (!flag) return std::nullopt;
+        int n = 0;
+        check(MPI_Get_count(&st, MPI_CHAR, &n), "MPI_Get_count");
+        std::string text(static_cast<std::size_t>(n), '\0');
+        check(MPI_Recv(text.data(), n, MPI_CHAR, st.MPI_SOURCE, notice_tag, control_, MPI_STATUS_IGNORE),
+              "MPI_Recv (failure notice)");
+        return "the iteration failed on " + text;
+    }
+
+private:
+    static constexpr int notice_tag = 1;
+
+    tpipe::world world_;
+    int replica_ = 0;
+    int me_ = 0, size_ = 1;
+    int tag_ub_ = 32767;
+    MPI_Comm data_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;
+    std::string notice_;
+    std::vector<MPI_Request> notices_;
+};
+static_assert(tpipe::transport<transport>);
+
+} // namespace tpipe::mpi

@@ -1,0 +1,187 @@
+// The runner over MPI processes (tpipe::mpi::transport) under mpiexec -np 2, 3, 4: every process
+// builds the same pipeline and program, runs its own ranks, and must compute exactly what the same
+// program computes on threads in one process (integer stages: bitwise).
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "../exec/pipes.hpp"
+#include "mpi_suite.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/mpi/transport.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace {
+
+int world_size()
+{
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+int world_rank()
+{
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+struct outcome {
+    std::vector<synth::vec> outputs, input_grads;
+    std::vector<synth::stage_state> states;
+};
+
+//! Runs `prog` twice (two iterations through one runner) with transport x (or in-process when
+//! x is null) and returns what this process saw.
+template <class X>
+outcome run_synthetic(const tpipe::program& prog, X* x, int devices)
+{
+    auto pipe = synth::make_uniform<true>(prog.stages());
+    outcome got;
+    got.outputs.resize(static_cast<std::size_t>(prog.units.units()));
+    got.input_grads.resize(static_cast<std::size_t>(prog.units.units()));
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+        got.outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
+        return synth::loss_grad(y);
+    };
+    io.input_grad = [&](const tpipe::unit& u, synth::vec&& dx) {
+        got.input_grads[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = std::move(dx);
+    };
+    tpipe::cpu_engine eng(devices);
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::seconds(30);
+    if constexpr (std::is_same_v<X, tpipe::local_transport>) {
+        tpipe::runner r(pipe, prog, eng, opts);
+        for (int it = 0; it < 2; ++it) {
+            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
+            r.run(io);
+        }
+    } else {
+        tpipe::runner r(pipe, prog, eng, *x, opts);
+        for (int it = 0; it < 2; ++it) {
+            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
+            r.run(io);
+        }
+    }
+    got.states = synth::states_of(pipe);
+    return got;
+}
+
+//! Checks a process's share of `got` against the in-process `want`.
+bool matches(const tpipe::program& prog, const tpipe::mpi::transport& x, const outcome& got, const outcome& want)
+{
+    bool ok = true;
+    for (int s = 0; s < prog.stages(); ++s)
+        if (x.runs(prog.stage_rank[s])) ok = ok && got.states[s] == want.states[s];
+    if (x.runs(prog.stage_rank[prog.stages() - 1])) ok = ok && got.outputs == want.outputs;
+    if (x.runs(prog.stage_rank[0])) ok = ok && got.input_grads == want.input_grads;
+    return ok;
+}
+
+} // namespace
+
+TEST_CASE("pipelined over processes equals the same program on threads, for every schedule and slicing", "[mpi][run]")
+{
+    const int n = world_size();
+    int ran = 0;
+    for (const char* name : {"gpipe", "1f1b", "zb-h1", "interleaved", "zb-v", "terapipe-gpipe", "terapipe-1f1b"}) {
+        for (int slices : {1, 3}) {
+            if (std::string(name).rfind("terapipe", 0) != 0 && slices > 1 && std::string(name) != "1f1b") continue;
+            const auto units = slices == 1 ? tpipe::microbatches(2 * n) : tpipe::microbatches(n, slices);
+            const auto prog = tpipe::make_schedule(name).program(tpipe::topology{n}, units);
+            CAPTURE(name, slices, n);
+            const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, n);
+            tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+            const outcome got = run_synthetic(prog, &x, 1);
+            REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
+            ++ran;
+        }
+    }
+    CHECK(ran == 10);
+}
+
+TEST_CASE("several ranks per process: boundaries inside a process stay local, the others cross", "[mpi][run]")
+{
+    const int n = world_size();
+    const int P = 2 * n;  // ranks 2p and 2p+1 on process p
+    std::vector<int> layout;
+    for (int r = 0; r < P; ++r) layout.push_back(r / 2);
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(P, 2));
+    const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, P);
+    tpipe::mpi::transport x(tpipe::world(P, 1, layout), 0);
+    const outcome got = run_synthetic(prog, &x, P);
+    REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
+}
+
+TEST_CASE("a launch that does not fit the world is refused on every process with the same message", "[mpi][failure]")
+{
+    const int n = world_size();
+    std::string message;
+    try {
+        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n + 1), 0);
+    } catch (const tpipe::invalid_argument& e) {
+        message = e.what();
+    }
+    CAPTURE(message);
+    REQUIRE(tpipe_test::every_process(message.find("launch it with mpirun -np " + std::to_string(n + 1)) !=
+                                      std::string::npos));
+}
+
+TEST_CASE("processes that build different programs are refused before the first iteration", "[mpi][failure]")
+{
+    const int n = world_size();
+    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    // The last process builds one microbatch more than the others.
+    const int M = 2 * n + (world_rank() == n - 1 ? 1 : 0);
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(M));
+    auto pipe = synth::make_uniform<true>(n);
+    tpipe::cpu_engine eng(1);
+    std::string message;
+    try {
+        tpipe::runner r(pipe, prog, eng, x);
+    } catch (const tpipe::invalid_argument& e) {
+        message = e.what();
+    }
+    CAPTURE(message);
+    REQUIRE(tpipe_test::every_process(message.find("the processes run different configurations") != std::string::npos &&
+                                      message.find("process " + std::to_string(n - 1) + " has") != std::string::npos));
+}
+
+TEST_CASE("a stage that throws on one process stops every process with an error naming it", "[mpi][failure]")
+{
+    const int n = world_size();
+    const int faulty = n - 1;  // the last stage fails at the backward of microbatch 1
+    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(2 * n));
+    auto pipe = synth::make_uniform<true>(n, faulty, synth::fault{1, 0, 'B'});
+    tpipe::cpu_engine eng(1);
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::seconds(20);
+    tpipe::runner r(pipe, prog, eng, x, opts);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    std::string message;
+    bool right_kind = false;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        r.run(io);
+    } catch (const tpipe::execution_error& e) {
+        message = e.what();
+        right_kind = world_rank() == faulty;
+    } catch (const tpipe::peer_error& e) {
+        message = e.what();
+        right_kind = world_rank() != faulty;
+    } catch (const std::exception& e) {
+        message = e.what();
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    CAPTURE(message, waited);
+    const bool names_it = message.find("injected fault") != std::string::npos &&
+                          (world_rank() == faulty || message.find("process " + std::to_string(faulty)) != std::string::npos);
+    REQUIRE(tpipe_test::every_process(right_kind && names_it && waited < 10));
+    CHECK_THROWS_WITH(r.run(io), Catch::Contains("build a new transport and runner"));
+}
