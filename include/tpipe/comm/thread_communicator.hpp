@@ -615,6 +615,9 @@ public:
     }
 
     void cancel() noexcept { g_->cancel(rank_); }
+    //! Cancels every member of the group (any thread): what a failed replica does, since no
+    //! transport tells the replicas of one process about each other's failures.
+    void cancel_group() noexcept { g_->cancel_all(); }
     void reset() { g_->reset(rank_); }
 
 private:

@@ -293,6 +293,19 @@ private:
                 }
                 steps_[r].push_back(st);
             }
+        // The last backward action (B, I or W) of each stage on its rank starts the stage's
+        // backward_hook work.
+        for (int r : local_ranks_) {
+            std::vector<bool> seen(bindings_.size(), false);
+            for (std::size_t i = steps_[r].size(); i-- > 0;) {
+                detail::step& st = steps_[r][i];
+                const int s = prog_.actions[r][i].stage;
+                if ((st.kind == op::B || st.kind == op::I || st.kind == op::W) && !seen[s]) {
+                    st.last_backward = true;
+                    seen[s] = true;
+                }
+            }
+        }
     }
 
     //! What every process must agree on before the first iteration.
@@ -319,6 +332,7 @@ private:
         cancel_.store(false, std::memory_order_relaxed);
         error_ = nullptr;
         error_is_local_ = false;
+        if (opts_.after_backward.reset) opts_.after_backward.reset();
         for (int r = 0; r < R_; ++r) {
             progress_[r].at.store(0, std::memory_order_relaxed);
             progress_[r].draining.store(false, std::memory_order_relaxed);
@@ -330,6 +344,48 @@ private:
             transfers_[r] = 0;
             peak_[r] = 0;
         }
+    }
+
+    // ---- backward_hook work ---------------------------------------------------------------------
+    //! A task started at once on a rank's loop and joined later by the rank (or the next job).
+    struct after_job {
+        task<void> body;
+        detail::root root;
+        loop* home = nullptr;
+        wake_node joiner{};
+        bool done = false;
+
+        void start(task<void> t, loop& on)
+        {
+            body = std::move(t);
+            home = &on;
+            root = detail::make_root<void>(body.handle());
+            root.on_done(
+                [](void* p) noexcept {
+                    auto* j = static_cast<after_job*>(p);
+                    j->done = true;
+                    if (j->joiner.handle) j->home->post(&j->joiner);
+                },
+                this);
+            root.handle().resume();  // runs until its first suspension
+        }
+        auto join() noexcept
+        {
+            struct awaiter {
+                after_job& j;
+                bool await_ready() const noexcept { return j.done; }
+                void await_suspend(std::coroutine_handle<> h) noexcept { j.joiner.handle = h; }
+                void await_resume() const noexcept {}
+            };
+            return awaiter{*this};
+        }
+    };
+
+    //! The hook's work for `stage`, after the rank's previous job (whatever became of it).
+    task<void> after_backward(after_job* previous, int stage)
+    {
+        if (previous) co_await previous->join();
+        co_await opts_.after_backward.start(stage);
     }
 
     // ---- the rank coroutine -------------------------------------------------------------------
@@ -359,6 +415,7 @@ private:
         std::int64_t transfers = 0;
         int live = 0, peak = 0;
         std::size_t i = 0;
+        std::vector<std::unique_ptr<after_job>> jobs;  // backward_hook work started by this rank
         try {
             for (const post_of& p : posts_[r]) p.b->post(p.forward, p.u);
             for (; i < steps.size(); ++i) {
@@ -386,6 +443,11 @@ private:
                     break;
                 default: co_await eng_.compute(dev, [&st] { st.run(*st.stage, st.u); });
                 }
+                if (st.last_backward && opts_.after_backward.start) {
+                    jobs.push_back(std::make_unique<after_job>());
+                    after_job* prev = jobs.size() > 1 ? jobs[jobs.size() - 2].get() : nullptr;
+                    jobs.back()->start(after_backward(prev, prog_.actions[r][i].stage), home);
+                }
                 if (trace || compute) {
                     const std::uint64_t end = detail::tick_clock::now();
                     if (trace) ev.push_back(timed_action{r, prog_.actions[r][i], seconds(start), seconds(end)});
@@ -398,7 +460,7 @@ private:
                 }
                 ++done;
             }
-            if (!drains_[r].empty() && !cancel_.load(std::memory_order_relaxed)) {
+            if ((!drains_[r].empty() || !jobs.empty()) && !cancel_.load(std::memory_order_relaxed)) {
                 prog.draining.store(true, std::memory_order_relaxed);
                 for (const drain_of& d : drains_[r]) {
                     detail::any_awaiter drained;
@@ -406,10 +468,22 @@ private:
                     co_await drained;
                 }
             }
+            if (!jobs.empty()) {
+                co_await jobs.back()->join();  // each job joined the one before it
+                for (auto& j : jobs) j->body.result();  // rethrows the first failure
+            }
         } catch (const operation_cancelled&) {
+            // Cancelled by this runner: its error is recorded. Otherwise a communicator of the
+            // after-backward work was cancelled by another replica that failed.
+            if (!cancel_.load(std::memory_order_seq_cst))
+                set_error(std::make_exception_ptr(peer_error(
+                              "rank " + std::to_string(r) + ": its after-backward work (data-parallel all-reduce) "
+                              "was cancelled because another replica's iteration failed")),
+                          false);
         } catch (...) {
             fail(r, std::min(i, steps.size() - 1), std::current_exception());
         }
+        if (!jobs.empty() && !jobs.back()->done) co_await jobs.back()->join();  // never leave one running
         busy_[r] = static_cast<double>(busy) * spt_;
         peak_[r] = peak;
         done_[r] = done;
@@ -423,6 +497,7 @@ private:
     {
         cancel_.store(true, std::memory_order_seq_cst);
         for (auto& b : boundaries_) b->cancel();
+        if (opts_.after_backward.cancel) opts_.after_backward.cancel();
     }
 
     //! Records the first error of the iteration and cancels everything; `local`: it happened in

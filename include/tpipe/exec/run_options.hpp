@@ -10,10 +10,22 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
+#include "tpipe/exec/task.hpp"
 #include "tpipe/sim/chrome_trace.hpp"
 #include "tpipe/sim/timeline.hpp"
 
 namespace tpipe {
+
+//! Work that starts on a stage's loop as soon as the stage's last backward action (B, or the
+//! last W) of the iteration has finished, overlapped with the rest of the rank's actions; the
+//! rank finishes its iteration only once that work has (tpipe::data_parallel all-reduces the
+//! stage's gradients this way). The tasks of one rank run one after another, in the order
+//! their stages finished, so that every replica issues its collectives in the same order.
+struct backward_hook {
+    std::function<task<void>(int stage)> start;  //!< empty: no hook
+    std::function<void()> cancel;                //!< the iteration failed: make started work end soon
+    std::function<void()> reset;                 //!< before every iteration
+};
 
 //! How to run: placement of ranks on devices, watchdog, validation.
 struct run_options {
@@ -24,6 +36,8 @@ struct run_options {
     //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
     //! action and none per send or receive.
     bool trace = false;
+    //! Work after each stage's last backward (data parallelism); see backward_hook.
+    backward_hook after_backward{};
 };
 
 //! What an iteration did. Times are seconds since the iteration started.

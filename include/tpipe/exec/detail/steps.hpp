@@ -179,6 +179,7 @@ struct step {
     int u = 0;                              //!< dense unit index
     op kind = op::F;
     bool forward = true;                    //!< receive: activations (RECV_F) or gradients (RECV_B)
+    bool last_backward = false;             //!< the stage's last backward action of the iteration
 };
 
 //! The step of action `a` of a stage bound as `b`; refuses what the stage cannot do.

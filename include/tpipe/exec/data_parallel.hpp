@@ -1,0 +1,118 @@
+#pragma once
+// tpipe::data_parallel: all-reduces each stage's gradients across the stage's replicas, as part
+// of tpipe::run. Give it, per stage, the communicator that joins that stage's replicas (one
+// member per replica: a tpipe::thread_communicator for replicas on threads, a
+// tpipe::mpi::communicator for replicas in processes) and put its hook into run_options:
+//
+//   tpipe::data_parallel dp(pipe, comm_of_stage, {.average = true});
+//   opts.after_backward = dp.hook();
+//   tpipe::run(pipe, prog, engine, io, opts);     // gradients summed (averaged) over replicas
+//   optimizer.step();                             // every replica the same bits
+//
+// The all-reduce of a stage starts on the stage's loop as soon as its last backward action of
+// the iteration has finished, overlapped with the backward of the stages behind it, in buckets
+// of at most options::bucket_bytes (each a collective of its own, issued in the same order on
+// every replica). Stages without gradients() (tpipe/exec/gradients.hpp) and stages without a
+// communicator are skipped. The sum is the communicator's rank-order fold, so replicas stay
+// bitwise identical; options::average then scales by 1 / replicas (on every replica alike).
+//
+// Failure: when the iteration fails on a replica, the hook cancels its communicators. Members
+// in other processes learn of it through the transport (the runner stops with tpipe::peer_error
+// and cancels theirs); members on threads of one process (thread_communicator) are all
+// cancelled at once (cancel_group), so no replica is left waiting in a collective.
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tpipe/comm/communicator.hpp"
+#include "tpipe/core/error.hpp"
+#include "tpipe/exec/gradients.hpp"
+#include "tpipe/exec/pipeline.hpp"
+#include "tpipe/exec/run_options.hpp"
+#include "tpipe/exec/task.hpp"
+
+namespace tpipe {
+
+struct data_parallel_options {
+    std::size_t bucket_bytes = std::size_t{4} << 20;  //!< largest span one collective reduces
+    bool average = true;                               //!< scale the sum by 1 / replicas
+};
+
+template <communicator C>
+class data_parallel {
+public:
+    using options = data_parallel_options;
+
+    //! comm_of_stage[s]: the communicator of stage s's replicas, or nullptr (no reduction). Stages
+    //! may share one (the stages of one rank, e.g. interleaved): their reductions run one after
+    //! another.
+    template <pipeline_graph P>
+    data_parallel(P& pipe, std::vector<C*> comm_of_stage, options o = {}) : comm_(std::move(comm_of_stage)), opts_(o)
+    {
+        if (comm_.size() != pipe.size())
+            throw invalid_argument("data_parallel: " + std::to_string(comm_.size()) + " communicators for " +
+                                   std::to_string(pipe.size()) + " stages; give one per stage (nullptr: none)");
+        if (opts_.bucket_bytes < sizeof(double))
+            throw invalid_argument("data_parallel: bucket_bytes must hold at least one element, got " +
+                                   std::to_string(opts_.bucket_bytes));
+        grads_.resize(pipe.size());
+        pipe.visit_stages([&](std::size_t i, auto& s) {
+            using S = std::remove_cvref_t<decltype(s)>;
+            if constexpr (exposes_gradients<S>) grads_[i] = [&s] { return gradients_of(s); };
+        });
+        for (C* c : comm_)
+            if (c && std::find(distinct_.begin(), distinct_.end(), c) == distinct_.end()) distinct_.push_back(c);
+    }
+
+    //! For run_options::after_backward. The data_parallel object must outlive the runs.
+    backward_hook hook()
+    {
+        return backward_hook{
+            [this](int stage) { return reduce(stage); },
+            [this] {
+                for (C* c : distinct_) {
+                    if constexpr (requires { c->cancel_group(); }) c->cancel_group();
+                    else c->cancel();
+                }
+            },
+            [this] {
+                for (C* c : distinct_) c->reset();
+            },
+        };
+    }
+
+    //! All-reduces (and averages) stage `stage`'s gradients across its replicas.
+    task<void> reduce(int stage)
+    {
+        C* c = comm_.at(static_cast<std::size_t>(stage));
+        if (!c || !grads_[static_cast<std::size_t>(stage)] || c->size() == 1) co_return;
+        const gradient_view g = grads_[static_cast<std::size_t>(stage)]();
+        for (std::span<float> s : g.f32) co_await reduce_span(*c, s);
+        for (std::span<double> s : g.f64) co_await reduce_span(*c, s);
+    }
+
+private:
+    template <class T>
+    task<void> reduce_span(C& c, std::span<T> s)
+    {
+        const std::size_t bucket = opts_.bucket_bytes / sizeof(T);
+        const T scale = T(1) / static_cast<T>(c.size());
+        for (std::size_t at = 0; at < s.size(); at += bucket) {
+            std::span<T> part = s.subspan(at, std::min(bucket, s.size() - at));
+            co_await c.all_reduce_sum(part);
+            if (opts_.average)
+                for (T& x : part) x *= scale;
+        }
+    }
+
+    std::vector<C*> comm_;
+    std::vector<C*> distinct_;
+    options opts_;
+    std::vector<std::function<gradient_view()>> grads_;
+};
+
+} // namespace tpipe

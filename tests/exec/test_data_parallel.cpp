@@ -1,0 +1,169 @@
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/exec/data_parallel.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace {
+
+using dvec = std::vector<double>;
+
+//! y = a*x + b with weight gradients (da, db) exposed for data parallelism; integer-valued
+//! doubles, so that sums are exact whatever their order.
+struct affine {
+    using input = dvec;
+    using output = dvec;
+    double a = 1, b = 0;
+    std::vector<double> grad = {0, 0};  // da, db
+    std::map<int, dvec> saved;
+    int fail_at_microbatch = -1;
+
+    dvec forward(const tpipe::unit& u, dvec x)
+    {
+        dvec y(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
+        saved[u.microbatch] = std::move(x);
+        return y;
+    }
+    dvec backward(const tpipe::unit& u, dvec g)
+    {
+        if (u.microbatch == fail_at_microbatch) throw std::runtime_error("injected fault in B");
+        const dvec& x = saved.at(u.microbatch);
+        dvec dx(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) {
+            dx[i] = a * g[i];
+            grad[0] += x[i] * g[i];
+            grad[1] += g[i];
+        }
+        return dx;
+    }
+    std::span<double> gradients() { return grad; }
+};
+static_assert(tpipe::exposes_gradients<affine>);
+
+std::vector<affine> make_stages(int P)
+{
+    std::vector<affine> s(static_cast<std::size_t>(P));
+    for (int i = 0; i < P; ++i) s[i].a = i % 2 + 1, s[i].b = i;
+    return s;
+}
+
+//! The input of sample `row` of replica `replica`.
+dvec sample(int replica, int row) { return dvec{double(replica * 10 + row), double(row - replica), 1.0}; }
+
+tpipe::io_for<tpipe::uniform_pipeline<affine>> io_for_replica(int replica, int rows_per_mb)
+{
+    tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
+    io.source = [=](const tpipe::unit& u) { return sample(replica, u.microbatch * rows_per_mb); };
+    io.loss = [](const tpipe::unit&, dvec&& y) {
+        for (double& v : y) v = std::fmod(v, 5.0) + 1;
+        return std::move(y);
+    };
+    return io;
+}
+
+} // namespace
+
+TEST_CASE("data parallel over threads: D replicas sum to one replica that saw all their samples, bitwise equal",
+          "[exec][data_parallel]")
+{
+    const int P = 2, M = 4;
+    for (int D : {1, 2, 3}) {
+        for (const char* name : {"1f1b", "zb-h1", "interleaved"}) {
+            CAPTURE(D, name);
+            const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
+            const int stages = prog.stages();
+            // Reference: one replica that runs every replica's microbatches.
+            auto ref_stages = make_stages(stages);
+            {
+                tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+                    std::vector<std::reference_wrapper<affine>>(ref_stages.begin(), ref_stages.end()));
+                tpipe::cpu_engine eng(P);
+                for (int d = 0; d < D; ++d) {
+                    tpipe::io_for<decltype(pipe)> io;
+                    const auto one = io_for_replica(d, 1);
+                    io.source = one.source;
+                    io.loss = one.loss;
+                    tpipe::run(pipe, prog, eng, io);
+                }
+            }
+            // D replicas on threads, one thread_group per stage.
+            std::vector<std::vector<affine>> replica(static_cast<std::size_t>(D));
+            for (auto& r : replica) r = make_stages(stages);
+            std::vector<std::unique_ptr<tpipe::thread_group>> groups;
+            for (int s = 0; s < stages; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+            std::vector<std::vector<tpipe::thread_communicator>> members(static_cast<std::size_t>(D));
+            for (int d = 0; d < D; ++d)
+                for (int s = 0; s < stages; ++s) members[d].push_back(groups[s]->member(d));
+            tpipe::cpu_engine eng(P * D);
+            std::vector<std::thread> threads;
+            std::vector<std::string> errors(static_cast<std::size_t>(D));
+            for (int d = 0; d < D; ++d)
+                threads.emplace_back([&, d] {
+                    try {
+                        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+                            std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));
+                        std::vector<tpipe::thread_communicator*> comms;
+                        for (auto& m : members[d]) comms.push_back(&m);
+                        tpipe::data_parallel dp(pipe, comms, {.bucket_bytes = sizeof(double), .average = false});
+                        tpipe::run_options opts;
+                        opts.after_backward = dp.hook();
+                        for (int r = 0; r < P; ++r) opts.device_of_rank.push_back(d * P + r);
+                        tpipe::run(pipe, prog, eng, io_for_replica(d, 1), opts);
+                    } catch (const std::exception& e) {
+                        errors[d] = e.what();
+                    }
+                });
+            for (auto& t : threads) t.join();
+            for (int d = 0; d < D; ++d) {
+                CHECK(errors[d].empty());
+                for (int s = 0; s < stages; ++s) CHECK(replica[d][s].grad == ref_stages[s].grad);
+            }
+        }
+    }
+}
+
+TEST_CASE("a replica that fails cancels the others' all-reduce instead of leaving them waiting", "[exec][data_parallel]")
+{
+    const int P = 2, D = 2;
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(4));
+    std::vector<std::vector<affine>> replica(D, make_stages(P));
+    replica[1][0].fail_at_microbatch = 3;  // replica 1's stage 0 fails at its last backward
+    std::vector<std::unique_ptr<tpipe::thread_group>> groups;
+    for (int s = 0; s < P; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+    std::vector<std::vector<tpipe::thread_communicator>> members(D);
+    for (int d = 0; d < D; ++d)
+        for (int s = 0; s < P; ++s) members[d].push_back(groups[s]->member(d));
+    tpipe::cpu_engine eng(P * D);
+    std::vector<std::string> errors(D);
+    std::vector<std::thread> threads;
+    for (int d = 0; d < D; ++d)
+        threads.emplace_back([&, d] {
+            tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+                std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));
+            std::vector<tpipe::thread_communicator*> comms;
+            for (auto& m : members[d]) comms.push_back(&m);
+            tpipe::data_parallel dp(pipe, comms);
+            tpipe::run_options opts;
+            opts.after_backward = dp.hook();
+            opts.watchdog = std::chrono::seconds(20);
+            for (int r = 0; r < P; ++r) opts.device_of_rank.push_back(d * P + r);
+            try {
+                tpipe::run(pipe, prog, eng, io_for_replica(d, 1), opts);
+            } catch (const std::exception& e) {
+                errors[d] = e.what();
+            }
+        });
+    const auto start = std::chrono::steady_clock::now();
+    for (auto& t : threads) t.join();
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK_THAT(errors[1], Catch::Contains("injected fault"));
+    CHECK_THAT(errors[0], Catch::Contains("another replica's iteration failed"));  // told, not left waiting
+}
