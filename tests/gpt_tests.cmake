@@ -20,3 +20,11 @@ if(TPIPE_BUILD_EXAMPLES)
   add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)
   set_tests_properties(gpt_train_missing_data PROPERTIES WILL_FAIL TRUE)
 endif()
+
+# The reference GPT over MPI processes equals the same training on threads, bitwise.
+if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
+  add_test(NAME gpt_mpi_equals_threads
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/gpt_threads_vs_processes.sh ${MPIEXEC_EXECUTABLE}
+                   "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt>)
+  set_tests_properties(gpt_mpi_equals_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+endif()

@@ -20,13 +20,21 @@
 
 #include <unistd.h>
 
+#include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/json.hpp>
+#include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
+
+#ifdef TPIPE_GPT_MPI
+#include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/environment.hpp>
+#include <tpipe/mpi/transport.hpp>
+#endif
 
 #ifndef TPIPE_GPT_DEFAULT_CORPUS
 #define TPIPE_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
@@ -55,6 +63,8 @@ struct options {
     bool check = false;
     double check_tol = 1e-3;
     int threads = 0;  // 0: hardware threads
+    int dp = 1;
+    std::string transport = "threads";
 };
 
 const char* usage_text =
@@ -72,7 +82,11 @@ const char* usage_text =
     "  --virtual V       stages per rank for 'interleaved' (default 2)\n"
     "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... | terapipe (default microbatch:4)\n"
     "  --granularity G   token granularity of the terapipe planner (default seq-len/16)\n"
-    "  --threads N       compute threads in all (default: hardware threads), split over the ranks\n"
+    "  --threads N       compute threads in all (default: hardware threads), split over the ranks and replicas\n"
+    "  --dp D            data-parallel replicas, each with its own batch of --batch sequences; gradients are\n"
+    "                    averaged across replicas after every step (default 1)\n"
+    "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
+    "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --untied          separate LM head (default: tied to the token embedding)\n"
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
@@ -151,6 +165,8 @@ options parse(int argc, char** argv)
         else if (f == "--slicer") o.slicer = value();
         else if (f == "--granularity") o.granularity = to_int(f, value(), 1);
         else if (f == "--threads") o.threads = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--dp") o.dp = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--transport") o.transport = value();
         else if (f == "--untied") o.cfg.tied = false;
         else if (f == "--data") o.data = value();
         else if (f == "--trace") o.trace = value();
@@ -164,6 +180,12 @@ options parse(int argc, char** argv)
     } catch (const std::invalid_argument& e) {
         throw usage_error(e.what());
     }
+    if (o.transport != "threads" && o.transport != "mpi")
+        throw usage_error("unknown transport '" + o.transport + "'; use threads or mpi");
+#ifndef TPIPE_GPT_MPI
+    if (o.transport == "mpi")
+        throw usage_error("--transport mpi: this train_gpt was built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
+#endif
     const auto names = tpipe::schedule_names();
     if (std::find(names.begin(), names.end(), o.schedule) == names.end()) {
         std::string known;
@@ -229,6 +251,183 @@ std::string clock_text(double s)
     return buf;
 }
 
+
+//! FNV-1a over the bytes of a float vector, as 16 hex digits (the final weights' fingerprint).
+std::string fnv_hex(const std::vector<float>& v)
+{
+    std::uint64_t h = 1469598103934665603ull;
+    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+
+//! The rows of several batches as one batch (the non-pipelined reference of D replicas).
+gpt::batch concatenate(const std::vector<gpt::batch>& parts)
+{
+    gpt::batch all = parts.front();
+    for (std::size_t k = 1; k < parts.size(); ++k) {
+        all.rows += parts[k].rows;
+        all.inputs.insert(all.inputs.end(), parts[k].inputs.begin(), parts[k].inputs.end());
+        all.targets.insert(all.targets.end(), parts[k].targets.begin(), parts[k].targets.end());
+    }
+    return all;
+}
+
+//! Which (replica, pipeline rank) pairs this process runs: all of them without MPI, one under it.
+struct job {
+    int process = 0;
+    int replica = -1;  //!< -1: every replica and rank
+    int rank = -1;
+    bool has_replica(int d) const { return replica < 0 || replica == d; }
+    bool runs(int d, int r) const { return has_replica(d) && (rank < 0 || rank == r); }
+    int first_replica() const { return replica < 0 ? 0 : replica; }
+};
+
+//! One data-parallel replica on this process: its weights, optimizer, pipeline and runner.
+struct replica {
+    using pipe_t = tpipe::uniform_pipeline<gpt::stage<float>>;
+    using local_runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
+
+    int index;
+    gpt::parameters<float> params;
+    gpt::adamw<float> opt;
+    std::unique_ptr<gpt::pipelined_model<float>> model;
+    std::unique_ptr<local_runner_t> local_runner;
+    std::vector<tpipe::thread_communicator> members;  // replicas on threads: one per stage
+    std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp_threads;
+
+    //! Every replica starts from the same weights (same seed); each draws its own batches.
+    replica(const options& o, int d) : index(d), params(init(o)), opt(params, {.lr = o.lr}) {}
+
+    void build(int stages, int threads_per_part, const std::vector<bool>& here)
+    {
+        model = std::make_unique<gpt::pipelined_model<float>>(params, stages, threads_per_part, std::vector<int>{}, here);
+    }
+
+    //! The data stream of replica d (replica 0's is the stream of a run without replicas).
+    static std::uint64_t data_seed(const options& o, int d)
+    {
+        return o.seed * 0x9E3779B97F4A7C15ULL + 7 + static_cast<std::uint64_t>(d) * 0xD1B54A32D192ED03ULL;
+    }
+
+private:
+    static gpt::parameters<float> init(const options& o)
+    {
+        gpt::parameters<float> p(o.cfg);
+        p.init(o.seed);
+        return p;
+    }
+};
+
+#ifdef TPIPE_GPT_MPI
+//! train_gpt under mpirun: process d * P + r runs pipeline rank r of replica d.
+//!
+//! The optimizer step is replicated: after the run, the gradient vector is summed over the
+//! replica's pipeline ranks (each rank holds its stages' gradients and zeros elsewhere, so the
+//! sum is exact and the tied embedding gets its two halves), and every process steps the whole
+//! model, so that every process keeps the same weights, bitwise those of the same run on
+//! threads. (A sharded optimizer would step only the local stages.)
+class mpi_job {
+public:
+    job where;
+
+    mpi_job(int ranks, int replicas) : P_(ranks), D_(replicas)
+    {
+        int size = 0;
+        tpipe::mpi::check(MPI_Comm_rank(MPI_COMM_WORLD, &where.process), "MPI_Comm_rank");
+        tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+        if (size != P_ * D_)
+            throw usage_error("--transport mpi with --stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) +
+                              " needs " + std::to_string(P_ * D_) + " processes, but the job has " +
+                              std::to_string(size) + "; launch it with mpirun -np " + std::to_string(P_ * D_));
+        where.replica = where.process / P_;
+        where.rank = where.process % P_;
+        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
+        tpipe::mpi::check(MPI_Comm_split(MPI_COMM_WORLD, where.replica, where.rank, &pipeline_), "MPI_Comm_split");
+        replicas_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.rank, where.replica));
+    }
+    ~mpi_job() { MPI_Comm_free(&pipeline_); }
+
+    //! Process 0's TeraPipe plan (and its objective), on every process.
+    tpipe::scheme share(const tpipe::scheme& mine, double& planned_T)
+    {
+        std::vector<std::int64_t> flat;
+        for (const auto& m : mine.parts()) {
+            flat.push_back(m.row_begin);
+            flat.push_back(m.row_end);
+            flat.push_back(static_cast<std::int64_t>(m.cuts.size()));
+            flat.insert(flat.end(), m.cuts.begin(), m.cuts.end());
+        }
+        long long n = static_cast<long long>(flat.size());
+        tpipe::mpi::check(MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        flat.resize(static_cast<std::size_t>(n));
+        tpipe::mpi::check(MPI_Bcast(flat.data(), static_cast<int>(n), MPI_INT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        tpipe::mpi::check(MPI_Bcast(&planned_T, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+        std::vector<tpipe::scheme::microbatch> mbs;
+        for (std::size_t k = 0; k < flat.size();) {
+            tpipe::scheme::microbatch m;
+            m.row_begin = flat[k];
+            m.row_end = flat[k + 1];
+            m.cuts.assign(flat.begin() + static_cast<std::ptrdiff_t>(k + 3),
+                          flat.begin() + static_cast<std::ptrdiff_t>(k + 3 + static_cast<std::size_t>(flat[k + 2])));
+            k += 3 + static_cast<std::size_t>(flat[k + 2]);
+            mbs.push_back(std::move(m));
+        }
+        return tpipe::scheme(std::move(mbs));
+    }
+
+    void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts)
+    {
+        std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
+        for (int s = 0; s < prog.stages(); ++s)
+            if (prog.stage_rank[s] == where.rank) comms[s] = replicas_.get();
+        if (D_ > 1) {
+            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(r.model->pipe(), comms);
+            opts.after_backward = dp_->hook();
+        }
+        runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
+    }
+
+    //! One step of this process's rank; returns the mean loss over every replica.
+    double step(replica& r, const gpt::batch& b, tpipe::run_stats& stats)
+    {
+        r.model->begin_step(b);
+        stats = runner_->run(r.model->io());
+        const double mine = r.model->finish_step();
+        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, r.params.grad.data(), static_cast<int>(r.params.grad.size()),
+                                        MPI_FLOAT, MPI_SUM, pipeline_),
+                          "MPI_Allreduce (gradients over the pipeline ranks)");
+        double sum = 0;
+        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
+        return sum / D_;
+    }
+
+    //! Whether every process holds exactly these weights.
+    bool same_everywhere(const std::vector<float>& w)
+    {
+        const std::string mine = fnv_hex(w), first = [&] {
+            std::string f = mine;
+            MPI_Bcast(f.data(), static_cast<int>(f.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+            return f;
+        }();
+        int ok = mine == first ? 1 : 0, all = 0;
+        MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        return all == 1;
+    }
+
+private:
+    using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
+    int P_, D_;
+    std::unique_ptr<tpipe::mpi::transport> transport_;
+    MPI_Comm pipeline_ = MPI_COMM_NULL;
+    std::unique_ptr<tpipe::mpi::communicator> replicas_;
+    std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
+    std::unique_ptr<runner_t> runner_;
+};
+#endif
+
 int train(const options& o)
 {
     std::ifstream in(o.data, std::ios::binary);
@@ -243,21 +442,32 @@ int train(const options& o)
         return 1;
     }
     const int ranks = o.stages;
+    const int D = o.dp;
     const int stages = ranks * tpipe::stages_per_rank(o.schedule, o.virtual_stages);
     if (stages > o.cfg.layers)
         throw usage_error("--stages " + std::to_string(ranks) + " with schedule " + o.schedule + " makes " +
                           std::to_string(stages) + " pipeline stages, but the model has " +
                           std::to_string(o.cfg.layers) + " layers: every stage needs at least one (raise --layers)");
+    const bool over_mpi = o.transport == "mpi";
+    job where;  // this process's place in the job (every rank and replica here without MPI)
+#ifdef TPIPE_GPT_MPI
+    std::unique_ptr<mpi_job> mpi;
+    if (over_mpi) {
+        mpi = std::make_unique<mpi_job>(ranks, D);
+        where = mpi->where;
+    }
+#endif
+    const bool speaks = where.process == 0;  // one process prints
     const int hw = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-    const int threads_per_part = std::max(1, hw / ranks);
-    const bool tty = !o.json && isatty(STDOUT_FILENO);
+    const int threads_per_part = std::max(1, hw / (ranks * D));
+    const bool tty = !o.json && speaks && isatty(STDOUT_FILENO);
 
-    gpt::parameters<float> params(o.cfg);
-    params.init(o.seed);
-    gpt::pipelined_model<float> model(params, stages, threads_per_part);
-    gpt::adamw<float> opt(params, {.lr = o.lr});
-    tpipe::cpu_engine engine(ranks);
-    std::uint64_t data_rng = o.seed * 0x9E3779B97F4A7C15ULL + 7;
+    // The replicas this process holds: each its weights, data stream and optimizer; their
+    // pipelines are built once the program is known.
+    std::vector<std::unique_ptr<replica>> reps;
+    for (int d = 0; d < D; ++d)
+        if (where.has_replica(d)) reps.push_back(std::make_unique<replica>(o, d));
+    std::uint64_t data_rng = replica::data_seed(o, 0);
 
     // The units of every step: a fixed slicer, or the TeraPipe plan for this model's stages.
     tpipe::scheme units;
@@ -267,37 +477,45 @@ int train(const options& o)
         if (o.cfg.seq_len % g != 0)
             throw usage_error("--granularity " + std::to_string(g) + " must divide --seq-len " +
                               std::to_string(o.cfg.seq_len));
-        std::uint64_t probe_rng = data_rng;
-        const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
-        const auto grid = gpt::gpt_profile_grid(o.batch, o.cfg.seq_len, g);
-        if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "
-                               << grid.contexts.size() + 1 << " contexts x " << grid.rows.size() << " row counts...\n";
-        const auto latency = gpt::profile_parts(model, probe, grid);
-        const auto plan = tpipe::plan_slices(
-            latency, tpipe::slicing_problem{.stages = stages, .seq_len = o.cfg.seq_len, .batch = o.batch,
-                                            .granularity = g});
-        units = plan.scheme();
-        planned_T = plan.objective;
-        const auto& d = latency.parts.back().delta();
-        if (o.json) {
-            tpipe::json::object m{{"plan", describe(units)}, {"planned_T_s", plan.objective}, {"t_max_s", plan.t_max},
-                                  {"units", static_cast<std::int64_t>(plan.units())}};
-            tpipe::json::array t0;
-            for (auto s : grid.tokens) t0.push_back(latency.seconds(1, s, 0));
-            m["t_b1_c0_s"] = t0;
-            tpipe::json::array lens;
-            for (auto s : grid.tokens) lens.push_back(s);
-            m["t_b1_c0_tokens"] = lens;
-            m["delta_last_stage"] = tpipe::json::array{d[0], d[1], d[2], d[3]};
-            std::cout << tpipe::json::dump(tpipe::json::value(std::move(m))) << "\n";
-        } else {
-            std::cout << "latency model (slowest stage, b=1, c=0):";
-            for (auto s : grid.tokens) std::cout << " t(" << s << ")=" << latency.seconds(1, s, 0) * 1e3 << "ms";
-            std::cout << "\ncontext term of the last stage: " << d[0] << " + " << d[1] << "*bs + " << d[2]
-                      << "*bc + " << d[3] << "*bsc s\n";
-            std::cout << "TeraPipe plan: " << describe(units) << "; planned T = " << plan.objective * 1e3
-                      << " ms per iteration (" << plan.units() << " units, t_max " << plan.t_max * 1e3 << " ms)\n";
+        tpipe::json::object m;
+        std::ostringstream said;
+        if (speaks) {  // profiled by one process (timings differ between processes); the others get the plan
+            gpt::pipelined_model<float> whole(reps.front()->params, stages, threads_per_part);
+            std::uint64_t probe_rng = data_rng;
+            const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
+            const auto grid = gpt::gpt_profile_grid(o.batch, o.cfg.seq_len, g);
+            if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "
+                                   << grid.contexts.size() + 1 << " contexts x " << grid.rows.size() << " row counts...\n";
+            const auto latency = gpt::profile_parts(whole, probe, grid);
+            const auto plan = tpipe::plan_slices(
+                latency, tpipe::slicing_problem{.stages = stages, .seq_len = o.cfg.seq_len, .batch = o.batch,
+                                                .granularity = g});
+            units = plan.scheme();
+            planned_T = plan.objective;
+            const auto& dl = latency.parts.back().delta();
+            if (o.json) {
+                m = tpipe::json::object{{"plan", describe(units)}, {"planned_T_s", plan.objective}, {"t_max_s", plan.t_max},
+                                        {"units", static_cast<std::int64_t>(plan.units())}};
+                tpipe::json::array t0;
+                for (auto s : grid.tokens) t0.push_back(latency.seconds(1, s, 0));
+                m["t_b1_c0_s"] = t0;
+                tpipe::json::array lens;
+                for (auto s : grid.tokens) lens.push_back(s);
+                m["t_b1_c0_tokens"] = lens;
+                m["delta_last_stage"] = tpipe::json::array{dl[0], dl[1], dl[2], dl[3]};
+                std::cout << tpipe::json::dump(tpipe::json::value(std::move(m))) << "\n";
+            } else {
+                std::cout << "latency model (slowest stage, b=1, c=0):";
+                for (auto s : grid.tokens) std::cout << " t(" << s << ")=" << latency.seconds(1, s, 0) * 1e3 << "ms";
+                std::cout << "\ncontext term of the last stage: " << dl[0] << " + " << dl[1] << "*bs + " << dl[2]
+                          << "*bc + " << dl[3] << "*bsc s\n";
+                std::cout << "TeraPipe plan: " << describe(units) << "; planned T = " << plan.objective * 1e3
+                          << " ms per iteration (" << plan.units() << " units, t_max " << plan.t_max * 1e3 << " ms)\n";
+            }
         }
+#ifdef TPIPE_GPT_MPI
+        if (mpi) units = mpi->share(units, planned_T);
+#endif
     } else {
         units = fixed_scheme(o);
     }
@@ -309,13 +527,46 @@ int train(const options& o)
         throw usage_error("schedule '" + o.schedule + "' cannot run " + describe(units) + " on " +
                           std::to_string(ranks) + " ranks: " + e.what());
     }
-    if (!o.json)
+    const auto& first_params = reps.front()->params;
+    if (!o.json && speaks)
         std::cout << "model: " << o.cfg.layers << " layers, d_model " << o.cfg.d_model << ", " << o.cfg.heads
-                  << " heads, " << params.size() << " parameters; " << ranks << " rank(s), " << stages
-                  << " stage(s), schedule " << o.schedule << ", " << threads_per_part << " thread(s) per stage\n"
+                  << " heads, " << first_params.size() << " parameters; " << ranks << " rank(s), " << stages
+                  << " stage(s), schedule " << o.schedule << ", " << D << " replica(s) over " << o.transport << ", "
+                  << threads_per_part << " thread(s) per stage\n"
                   << "units: " << describe(units) << "\n";
 
-    // The non-pipelined reference for --check: same init, data and optimizer, one unit per step.
+    // Pipelines, runners and the data-parallel all-reduce of every replica here.
+    tpipe::run_options ro;
+    ro.trace = !o.trace.empty();
+    tpipe::cpu_engine engine(over_mpi ? 1 : ranks * D);
+    std::vector<std::unique_ptr<tpipe::thread_group>> groups;  // replicas on threads: one group per stage
+    if (!over_mpi && D > 1)
+        for (int s = 0; s < stages; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+    for (auto& r : reps) {
+        std::vector<bool> here(static_cast<std::size_t>(stages));
+        for (int s = 0; s < stages; ++s) here[s] = where.runs(r->index, prog.stage_rank[s]);
+        r->build(stages, threads_per_part, here);
+        tpipe::run_options opts = ro;
+        if (!over_mpi) {
+            for (int k = 0; k < ranks; ++k) opts.device_of_rank.push_back(r->index * ranks + k);
+            if (D > 1) {
+                for (auto& g : groups) r->members.push_back(g->member(r->index));
+                std::vector<tpipe::thread_communicator*> comms;
+                for (auto& m : r->members) comms.push_back(&m);
+                r->dp_threads = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r->model->pipe(), comms);
+                opts.after_backward = r->dp_threads->hook();
+            }
+            r->local_runner = std::make_unique<replica::local_runner_t>(r->model->pipe(), prog, engine, opts);
+        }
+#ifdef TPIPE_GPT_MPI
+        else {
+            mpi->connect(*r, prog, engine, opts);
+        }
+#endif
+    }
+
+    // The non-pipelined reference for --check: same init, data and optimizer, one unit per step
+    // over the batches of every replica together.
     std::unique_ptr<gpt::parameters<float>> ref;
     std::unique_ptr<gpt::adamw<float>> ref_opt;
     if (o.check) {
@@ -324,33 +575,71 @@ int train(const options& o)
         ref_opt = std::make_unique<gpt::adamw<float>>(*ref, gpt::adamw_options{.lr = o.lr});
     }
 
-    const double tokens_per_step = double(o.batch) * o.cfg.seq_len;
+    const double tokens_per_step = double(o.batch) * o.cfg.seq_len * D;
     double worst_loss = 0, elapsed = 0, first_loss = 0, last_loss = 0, first_grad_err = 0, first_loss_err = 0;
+    bool replicas_identical = true;
     std::vector<double> iter_times;
     tpipe::run_stats stats;
+    std::vector<std::uint64_t> streams;  // every replica's data stream (all are needed by --check)
+    for (int d = 0; d < D; ++d) streams.push_back(replica::data_seed(o, d));
     for (int step = 1; step <= o.steps; ++step) {
-        const auto b = gpt::sample_batch(text, o.batch, o.cfg.seq_len, data_rng);
+        std::vector<gpt::batch> batches;
+        for (int d = 0; d < D; ++d) batches.push_back(gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]));
         const auto t0 = std::chrono::steady_clock::now();
-        tpipe::run_options ro;
-        ro.trace = !o.trace.empty() && step == o.steps;  // the trace file shows the last step
-        const double loss = model.step(b, prog, engine, &stats, ro);
-        opt.step(params);
+        double loss = 0;
+        if (!over_mpi) {
+            std::vector<double> losses(reps.size());
+            std::vector<tpipe::run_stats> all(reps.size());
+            auto one = [&](std::size_t k) {
+                replica& r = *reps[k];
+                r.model->begin_step(batches[static_cast<std::size_t>(r.index)]);
+                all[k] = r.local_runner->run(r.model->io());
+                losses[k] = r.model->finish_step();
+            };
+            if (reps.size() == 1) {
+                one(0);
+            } else {  // replicas run at the same time, each run() on a thread of its own
+                std::vector<std::exception_ptr> failed(reps.size());
+                std::vector<std::thread> threads;
+                for (std::size_t k = 0; k < reps.size(); ++k)
+                    threads.emplace_back([&, k] {
+                        try {
+                            one(k);
+                        } catch (...) {
+                            failed[k] = std::current_exception();
+                        }
+                    });
+                for (auto& t : threads) t.join();
+                for (auto& f : failed)
+                    if (f) std::rethrow_exception(f);
+            }
+            for (double l : losses) loss += l / D;
+            stats = std::move(all.front());
+        }
+#ifdef TPIPE_GPT_MPI
+        else {
+            loss = mpi->step(*reps.front(), batches[static_cast<std::size_t>(where.first_replica())], stats);
+        }
+#endif
+        for (auto& r : reps) r->opt.step(r->params);
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (auto& r : reps) replicas_identical = replicas_identical && r->params.value == first_params.value;
         elapsed += dt;
         iter_times.push_back(stats.time);
         if (step == 1) first_loss = loss;
         last_loss = loss;
         double ref_loss = 0;
         if (ref) {
-            ref_loss = gpt::full_step(*ref, b, hw);
+            ref_loss = gpt::full_step(*ref, concatenate(batches), hw);
             ref_opt->step(*ref);
             worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
             if (step == 1) {  // same weights, same batch: the pure pipelined-equals-sequential check
                 first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
-                first_grad_err = relative_difference(params.grad, ref->grad);
+                first_grad_err = relative_difference(first_params.grad, ref->grad);
             }
         }
         const double tps = tokens_per_step * step / elapsed;
+        if (!speaks) continue;
         if (o.json) {
             tpipe::json::object line{{"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_step / dt},
                                      {"step_s", dt}, {"pipeline_s", stats.time}};
@@ -371,7 +660,11 @@ int train(const options& o)
                 std::cout << "\r\033[K" << buf << std::flush;
         }
     }
-    if (!o.trace.empty()) {
+#ifdef TPIPE_GPT_MPI
+    if (mpi) replicas_identical = mpi->same_everywhere(first_params.value) && replicas_identical;
+#endif
+    const auto& params = first_params;
+    if (!o.trace.empty() && speaks) {
         std::ofstream tr(o.trace);
         if (!tr) {
             std::cerr << "train_gpt: cannot write the trace file '" << o.trace << "'\n";
@@ -391,6 +684,10 @@ int train(const options& o)
                                 {"schedule", o.schedule},
                                 {"ranks", ranks},
                                 {"stages", stages},
+                                {"dp", D},
+                                {"transport", o.transport},
+                                {"replicas_identical", replicas_identical},
+                                {"weights_fnv", fnv_hex(params.value)},
                                 {"units", describe(units)}};
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;
@@ -405,7 +702,7 @@ int train(const options& o)
         summary["check_step1_grad_rel"] = first_grad_err;
         summary["check_loss_rel"] = worst_loss;
         summary["check_weights_rel"] = werr;
-        summary["check_ok"] = ok;
+        summary["check_ok"] = ok && replicas_identical;
         {  // which tensor drifted most (diagnostics)
             double worst_t = -1;
             std::string name;
@@ -417,13 +714,14 @@ int train(const options& o)
             }
             summary["check_worst_tensor"] = name + " " + std::to_string(worst_t);
         }
-        if (!o.json)
+        if (!o.json && speaks)
             std::cout << "check against the non-pipelined run: step 1 loss " << first_loss_err << ", gradients "
                       << first_grad_err << " (tolerance 1e-5); loss curve " << worst_loss << ", final weights "
                       << werr << " (tolerance " << o.check_tol << ") relative difference: "
-                      << (ok ? "MATCH" : "MISMATCH") << "\n";
-        if (!ok) status = 3;
+                      << (ok ? "MATCH" : "MISMATCH") << (D > 1 ? (replicas_identical ? "; replicas bitwise identical" : "; replicas DIFFER") : "") << "\n";
+        if (!ok || !replicas_identical) status = 3;
     }
+    if (!speaks) return status;
     if (o.json) {
         std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
     } else {
@@ -440,7 +738,14 @@ int train(const options& o)
 int main(int argc, char** argv)
 {
     try {
-        return train(parse(argc, argv));
+        const options o = parse(argc, argv);
+#ifdef TPIPE_GPT_MPI
+        if (o.transport == "mpi") {
+            tpipe::mpi::environment env(argc, argv);
+            return train(o);
+        }
+#endif
+        return train(o);
     } catch (const usage_error& e) {
         std::cerr << "train_gpt: " << e.what() << "\n(run train_gpt --help for the flags)\n";
         return 2;

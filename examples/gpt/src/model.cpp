@@ -307,6 +307,29 @@ void part<T>::assume_context(int microbatch, std::int64_t row_begin, std::int64_
 }
 
 template <class T>
+std::vector<std::span<T>> part<T>::gradients()
+{
+    const layout& lay = params_->lay;
+    T* G = params_->grad.data();
+    const std::int64_t d = params_->cfg.d_model;
+    std::vector<std::span<T>> out;
+    auto range = [&](std::int64_t begin, std::int64_t end) {
+        if (end > begin) out.emplace_back(G + begin, static_cast<std::size_t>(end - begin));
+    };
+    if (first_) {
+        range(lay.wte, lay.wte + params_->cfg.vocab * d);
+        range(lay.wpe, lay.wpe + params_->cfg.seq_len * d);
+    }
+    if (l1_ > l0_) range(lay.blocks[l0_].begin, lay.blocks[l1_ - 1].end);
+    if (last_) {
+        range(lay.lnf_g, lay.lnf_b + d);
+        if (!impl_->head_grad.empty()) out.emplace_back(impl_->head_grad);
+        else range(lay.head, lay.head + params_->cfg.vocab * d);
+    }
+    return out;
+}
+
+template <class T>
 void part<T>::flush_grad()
 {
     if (impl_->head_grad.empty()) return;

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,6 +142,10 @@ public:
     double loss() const { return loss_; }
     //! Adds privately accumulated gradients (tied head) into params.grad. Call once per iteration.
     void flush_grad();
+    //! Where this part's parameter gradients are, before flush_grad: its layers' range of
+    //! params.grad, the embeddings when first, the final LayerNorm and the head when last (the
+    //! tied head's private accumulator). Data parallelism all-reduces these.
+    std::vector<std::span<T>> gradients();
 
     bool first() const { return first_; }
     bool last() const { return last_; }

@@ -4,14 +4,36 @@
 // schedules), run by tpipe::run on CPU threads.
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <tpipe/exec/gradients.hpp>
+#include <tpipe/exec/payload_traits.hpp>
 #include <tpipe/exec/run.hpp>
 
 #include "gpt/model.hpp"
+
+//! How a GPT activation crosses processes: its shape as the header, its values as the body.
+template <class T>
+struct tpipe::payload_traits<gpt::activation<T>> {
+    struct header {
+        std::int64_t rows, tokens, count;
+    };
+    static header header_of(const gpt::activation<T>& a)
+    {
+        return {a.rows, a.tokens, static_cast<std::int64_t>(a.data.size())};
+    }
+    static gpt::activation<T> make(const header& h)
+    {
+        return {h.rows, h.tokens, std::vector<T>(static_cast<std::size_t>(h.count))};
+    }
+    static std::span<const std::byte> bytes(const gpt::activation<T>& a) { return std::as_bytes(std::span<const T>(a.data)); }
+    static std::span<std::byte> bytes(gpt::activation<T>& a) { return std::as_writable_bytes(std::span<T>(a.data)); }
+};
 
 namespace gpt {
 
@@ -26,8 +48,11 @@ struct stage {
     input backward(const tpipe::unit& u, output g) { return p->backward(u, std::move(g)); }
     input backward_input(const tpipe::unit& u, output g) { return p->backward_input(u, std::move(g)); }
     void backward_weight(const tpipe::unit& u) { p->backward_weight(u); }
+    //! The part's parameter gradients (for tpipe::data_parallel).
+    std::vector<std::span<T>> gradients() { return p->gradients(); }
 };
-static_assert(tpipe::split_backward_stage<stage<float>>);
+static_assert(tpipe::split_backward_stage<stage<float>> && tpipe::exposes_gradients<stage<float>> &&
+              tpipe::byte_payload<activation<float>>);
 
 //! Layers per stage as cut points 0 = c0 <= c1 <= ... <= cN = layers (remainder to early stages).
 inline std::vector<int> even_layer_cuts(int layers, int stages)
@@ -39,11 +64,14 @@ inline std::vector<int> even_layer_cuts(int layers, int stages)
 }
 
 //! The model cut into `stages` parts, runnable by tpipe::run with any program for that many
-//! stages. `threads_per_part` sizes each part's GEMM thread pool.
+//! stages. `threads_per_part` sizes each part's GEMM thread pool. With `here` (one flag per
+//! stage), only the parts of the stages this process runs are built (SPMD over processes: the
+//! others are never called); empty: every part.
 template <class T>
 class pipelined_model {
 public:
-    pipelined_model(parameters<T>& params, int stages, int threads_per_part = 1, std::vector<int> layer_cuts = {})
+    pipelined_model(parameters<T>& params, int stages, int threads_per_part = 1, std::vector<int> layer_cuts = {},
+                    std::vector<bool> here = {})
         : params_(&params)
     {
         if (stages < 1)
@@ -52,43 +80,67 @@ public:
         if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() != 0 ||
             layer_cuts.back() != params.cfg.layers)
             throw std::invalid_argument("layer cuts must be stages+1 points from 0 to the layer count");
-        for (int i = 0; i < stages; ++i)
-            parts_.push_back(std::make_unique<part<T>>(params, layer_cuts[i], layer_cuts[i + 1], i == 0,
-                                                       i + 1 == stages, threads_per_part));
-        for (auto& p : parts_) stages_.push_back(stage<T>{p.get()});
+        if (here.empty()) here.assign(static_cast<std::size_t>(stages), true);
+        if (static_cast<int>(here.size()) != stages)
+            throw std::invalid_argument("`here` needs one flag per stage");
+        std::vector<stage<T>> views;
+        for (int i = 0; i < stages; ++i) {
+            parts_.push_back(here[i] ? std::make_unique<part<T>>(params, layer_cuts[i], layer_cuts[i + 1], i == 0,
+                                                                 i + 1 == stages, threads_per_part)
+                                     : nullptr);
+            views.push_back(stage<T>{parts_.back().get()});
+        }
+        pipe_.emplace(std::move(views));
+        io_.source = [](const tpipe::unit&) { return activation<T>{}; };
     }
 
     int stages() const { return static_cast<int>(parts_.size()); }
-    part<T>& part_at(int i) { return *parts_[static_cast<std::size_t>(i)]; }
+    //! Whether stage i's part was built here.
+    bool has_part(int i) const { return parts_[static_cast<std::size_t>(i)] != nullptr; }
+    part<T>& part_at(int i)
+    {
+        if (!has_part(i)) throw std::invalid_argument("stage " + std::to_string(i) + " runs in another process");
+        return *parts_[static_cast<std::size_t>(i)];
+    }
     parameters<T>& params() { return *params_; }
 
-    //! One training iteration's forward and backward under `prog` on `eng`: zeroes the
-    //! gradients, runs, flushes the tied-head gradient. Returns the mean loss over the batch.
+    //! The pipeline and its io, for a tpipe::runner kept across steps.
+    tpipe::uniform_pipeline<stage<T>>& pipe() { return *pipe_; }
+    const tpipe::io_for<tpipe::uniform_pipeline<stage<T>>>& io() const { return io_; }
+
+    //! Before running a step on `b`: zeroes the gradients, starts every local part.
+    void begin_step(const batch& b)
+    {
+        params_->zero_grad();
+        for (auto& p : parts_)
+            if (p) p->begin(&b);
+    }
+    //! After the run: flushes the tied-head gradient. Returns the mean loss over the batch (0 on a
+    //! process that does not run the last stage).
+    double finish_step()
+    {
+        for (auto& p : parts_)
+            if (p) p->flush_grad();
+        return parts_.back() ? parts_.back()->loss() : 0.0;
+    }
+
+    //! One training iteration's forward and backward under `prog` on `eng` (every stage here):
+    //! begin_step, run, finish_step.
     template <tpipe::engine E>
     double step(const batch& b, const tpipe::program& prog, E& eng, tpipe::run_stats* stats = nullptr,
                 tpipe::run_options opts = {})
     {
-        params_->zero_grad();
-        for (auto& p : parts_) p->begin(&b);
-        tpipe::run_stats s = run_stages(prog, eng, std::move(opts));
-        for (auto& p : parts_) p->flush_grad();
+        begin_step(b);
+        tpipe::run_stats s = tpipe::run(pipe(), prog, eng, io_, std::move(opts));
         if (stats) *stats = std::move(s);
-        return parts_.back()->loss();
+        return finish_step();
     }
 
 private:
-    template <tpipe::engine E>
-    tpipe::run_stats run_stages(const tpipe::program& prog, E& eng, tpipe::run_options opts)
-    {
-        tpipe::uniform_pipeline<stage<T>> pipe(stages_);
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [](const tpipe::unit&) { return activation<T>{}; };
-        return tpipe::run(pipe, prog, eng, io, std::move(opts));
-    }
-
     parameters<T>* params_;
     std::vector<std::unique_ptr<part<T>>> parts_;
-    std::vector<stage<T>> stages_;
+    std::optional<tpipe::uniform_pipeline<stage<T>>> pipe_;
+    tpipe::io_for<tpipe::uniform_pipeline<stage<T>>> io_;
 };
 
 } // namespace gpt

@@ -1,0 +1,59 @@
+// A process that dies mid-iteration, for tests/mpi/crash_check.sh: every process runs a 1F1B
+// pipeline over MPI (one rank each); the last one fails at the forward of microbatch 1 by
+// throwing, calling exit(3), or SIGKILL (argv[1]: throw | exit | kill). Each process prints
+// what it saw; the check asserts that the job ends within the watchdog time, naming the rank.
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "../exec/pipes.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/schedule/one_f_one_b.hpp"
+#include "tpipe/slice/slicers.hpp"
+#include "tpipe/mpi/environment.hpp"
+#include "tpipe/mpi/transport.hpp"
+
+namespace {
+//! A synthetic stage that dies its own way at the forward of microbatch 1.
+struct dying : synth::stage<false> {
+    std::string how;
+    dying(int i, std::string h) : synth::stage<false>(1, i), how(std::move(h)) {}
+    synth::vec forward(const tpipe::unit& u, synth::vec x)
+    {
+        if (!how.empty() && u.microbatch == 1) {
+            if (how == "exit") std::exit(3);
+            if (how == "kill") std::raise(SIGKILL);
+            throw std::runtime_error("injected fault (throw)");
+        }
+        return synth::stage<false>::forward(u, std::move(x));
+    }
+};
+} // namespace
+
+int main(int argc, char** argv)
+{
+    tpipe::mpi::environment env(argc, argv);
+    const std::string how = argc > 1 ? argv[1] : "throw";
+    int me = 0, n = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    std::vector<dying> stages;
+    for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 ? how : std::string());
+    tpipe::uniform_pipeline<dying> pipe(std::move(stages));
+    tpipe::cpu_engine eng(1);
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::seconds(5);
+    tpipe::runner r(pipe, tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(2 * n)), eng, x, opts);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    try {
+        r.run(io);
+        std::cout << "process " << me << ": finished\n";
+        return 0;
+    } catch (const std::exception& e) {
+        std::cout << "process " << me << ": " << e.what() << "\n" << std::flush;
+        return 1;
+    }
+}

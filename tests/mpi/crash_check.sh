@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
+# within the watchdog time, and what it prints must name the failed rank.
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill
+set -u
+mpiexec=$1 flags=$2 exe=$3 how=$4
+start=$(date +%s)
+out=$(timeout 60 "$mpiexec" -np 2 $flags "$exe" "$how" 2>&1 </dev/null)
+rc=$?
+took=$(( $(date +%s) - start ))
+echo "$out"
+echo "crash_check: '$how': exit status $rc after ${took} s"
+fail() { echo "crash_check: FAILED: $*"; exit 1; }
+[ "$rc" -ne 0 ] || fail "the job exited 0"
+[ "$rc" -ne 124 ] || fail "the job hung (killed by timeout after 60 s)"
+[ "$took" -le 20 ] || fail "the job took ${took} s, longer than the watchdog (5 s) allows"
+case $how in
+  throw) grep -q "process 0: the iteration failed on process 1 (replica 0): rank 1" <<<"$out" || fail "process 0 did not name rank 1"
+         grep -q "process 1: rank 1 .*injected fault (throw)" <<<"$out" || fail "process 1 did not report its fault" ;;
+  exit)  grep -Eq "rank 1|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the process that exited" ;;
+  kill)  grep -Eq "rank 1 .*signal 9|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the killed process" ;;
+esac
+echo "crash_check: '$how' ok"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The reference GPT trained over MPI processes equals the same training on threads: same loss
+# and bitwise-equal final weights (weights_fnv), and --check passes in both (D replicas of batch
+# B match one replica of batch D*B within --check-tol; replicas bitwise identical).
+#   gpt_threads_vs_processes.sh MPIEXEC "FLAGS" TRAIN_GPT
+set -u
+mpiexec=$1 flags=$2 gpt=$3
+common="--layers 4 --d-model 32 --heads 2 --seq-len 32 --batch 4 --steps 3 --threads 2 --json --check"
+summary() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(d["weights_fnv"], repr(d["last_loss"]), d["check_ok"], d["replicas_identical"])'; }
+status=0
+while read -r np cfg; do
+  threads=$("$gpt" $common $cfg </dev/null 2>&1 | summary)
+  procs=$(timeout 300 "$mpiexec" -np "$np" $flags "$gpt" $common $cfg --transport mpi </dev/null 2>&1 | summary)
+  verdict=ok
+  [ -n "$threads" ] && [ "$threads" = "$procs" ] && [[ "$threads" == *"True True" ]] || { verdict=MISMATCH; status=1; }
+  echo "$verdict  P*D=$np $cfg: threads [$threads] processes [$procs]"
+done <<'CONFIGS'
+2 --stages 2 --schedule 1f1b
+2 --stages 2 --schedule zb-h1
+3 --stages 3 --schedule terapipe-1f1b --slicer tokens:8,8,16
+4 --stages 2 --dp 2 --schedule interleaved
+2 --stages 1 --dp 2 --schedule gpipe --slicer microbatch:2
+2 --stages 2 --schedule terapipe-gpipe --slicer terapipe --granularity 8
+CONFIGS
+exit $status
