@@ -27,4 +27,11 @@ if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/gpt_threads_vs_processes.sh ${MPIEXEC_EXECUTABLE}
                    "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt>)
   set_tests_properties(gpt_mpi_equals_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # A TeraPipe plan profiled on process 0 and broadcast (plans depend on timings, so this run is
+  # checked against the non-pipelined reference rather than against a thread run).
+  add_test(NAME gpt_mpi_terapipe_planned
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
+                   --transport mpi --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 3 --stages 2
+                   --schedule terapipe-1f1b --slicer terapipe --granularity 8 --check --json)
+  set_tests_properties(gpt_mpi_terapipe_planned PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
 endif()

@@ -20,6 +20,6 @@ done <<'CONFIGS'
 3 --stages 3 --schedule terapipe-1f1b --slicer tokens:8,8,16
 4 --stages 2 --dp 2 --schedule interleaved
 2 --stages 1 --dp 2 --schedule gpipe --slicer microbatch:2
-2 --stages 2 --schedule terapipe-gpipe --slicer terapipe --granularity 8
+2 --stages 2 --schedule terapipe-gpipe --slicer tokens:16,8,8
 CONFIGS
 exit $status
