@@ -170,7 +170,7 @@ void bind_stage(stage_binding& b, S& s, std::size_t index, std::size_t count)
                 "the pipeline's input or output type");
 }
 
-//! What the rank coroutine needs of an action; 40 bytes, as the steps are streamed through once
+//! What the rank coroutine needs of an action; 32 bytes, as the steps are streamed through once
 //! per iteration. The action itself stays in the program.
 struct step {
     handler run = nullptr;                  //!< compute and send
@@ -181,6 +181,7 @@ struct step {
     bool forward = true;                    //!< receive: activations (RECV_F) or gradients (RECV_B)
     bool last_backward = false;             //!< the stage's last backward action of the iteration
 };
+static_assert(sizeof(step) <= 32, "a step should stay within half a cache line");
 
 //! The step of action `a` of a stage bound as `b`; refuses what the stage cannot do.
 inline step compile_step(const action& a, const stage_binding& b, int u)
