@@ -6,9 +6,11 @@
 // Rank 0 runs Google Benchmark and reports; rank 1 echoes. Before each timed run rank 0 sends
 // rank 1 a control message (mode, bytes, iterations: Google Benchmark fixes the iteration
 // count of a run before it starts), so rank 1 echoes exactly that many messages with the same
-// API; mode 0 ends the echo loop. The tpipe rows also time a raw ping-pong of the same
-// iteration count right after, and report added_us (one-way latency added by tpipe) and
-// bw_vs_raw (raw time / tpipe time).
+// API; mode 0 ends the echo loop. The tpipe rows also time, right after, a raw ping-pong of
+// the same iteration count twice: blocking MPI_Send/MPI_Recv (raw_us) and MPI_Isend/MPI_Irecv
+// spun on MPI_Test (test_us, what a poller does without tpipe). They report one-way latencies
+// (tpipe_us, raw_us, test_us, microseconds), added_us = tpipe_us - raw_us, and the bandwidth
+// ratios bw_vs_raw = raw time / tpipe time and bw_vs_test = test time / tpipe time.
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
@@ -27,7 +29,7 @@
 
 namespace {
 
-enum mode : std::int64_t { stop = 0, raw = 1, tpipe_comm = 2 };
+enum mode : std::int64_t { stop = 0, raw = 1, tpipe_comm = 2, raw_test = 3 };
 
 MPI_Comm control = MPI_COMM_NULL;   // control messages
 MPI_Comm raw_comm = MPI_COMM_NULL;  // raw ping-pong
@@ -45,11 +47,38 @@ void raw_ping(std::vector<std::byte>& buf, int peer)
     MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, MPI_STATUS_IGNORE);
 }
 
-double raw_seconds(std::vector<std::byte>& buf, std::int64_t iterations)
+//! Nonblocking MPI spun on MPI_Test: what a loop's poller does, without tpipe.
+void wait_spin(MPI_Request& r)
 {
-    tell(raw, static_cast<std::int64_t>(buf.size()), iterations);
+    int flag = 0;
+    while (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+}
+
+void raw_test_send(std::vector<std::byte>& buf, int peer)
+{
+    MPI_Request r;
+    MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, &r);
+    wait_spin(r);
+}
+
+void raw_test_recv(std::vector<std::byte>& buf, int peer)
+{
+    MPI_Request r;
+    MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, &r);
+    wait_spin(r);
+}
+
+double raw_seconds(mode m, std::vector<std::byte>& buf, std::int64_t iterations)
+{
+    tell(m, static_cast<std::int64_t>(buf.size()), iterations);
     const auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t i = 0; i < iterations; ++i) raw_ping(buf, 1);
+    for (std::int64_t i = 0; i < iterations; ++i) {
+        if (m == raw) raw_ping(buf, 1);
+        else {
+            raw_test_send(buf, 1);
+            raw_test_recv(buf, 1);
+        }
+    }
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -74,11 +103,16 @@ void BM_mpi_tpipe(benchmark::State& state)
         }
     }(state, buf));
     const double tpipe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double raw_s = raw_seconds(buf, iterations);
+    const double raw_s = raw_seconds(raw, buf, iterations);
+    const double test_s = raw_seconds(raw_test, buf, iterations);
+    const double one_way = 1e6 / static_cast<double>(iterations) / 2;
     state.SetBytesProcessed(2 * state.range(0) * iterations);
-    state.counters["added_us"] = (tpipe_s - raw_s) / static_cast<double>(iterations) / 2 * 1e6;  // one way
+    state.counters["tpipe_us"] = tpipe_s * one_way;  // one-way latency, this row
+    state.counters["raw_us"] = raw_s * one_way;      // blocking MPI_Send/MPI_Recv, same iterations
+    state.counters["test_us"] = test_s * one_way;    // MPI_Isend/MPI_Irecv spun on MPI_Test
+    state.counters["added_us"] = (tpipe_s - raw_s) * one_way;
     state.counters["bw_vs_raw"] = raw_s / tpipe_s;
-    state.counters["raw_one_way_us"] = raw_s / static_cast<double>(iterations) / 2 * 1e6;
+    state.counters["bw_vs_test"] = test_s / tpipe_s;
 }
 
 void echo_loop()
@@ -93,6 +127,11 @@ void echo_loop()
             for (std::int64_t i = 0; i < msg[2]; ++i) {
                 MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, 0, 0, raw_comm, MPI_STATUS_IGNORE);
                 MPI_Send(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, 0, 0, raw_comm);
+            }
+        } else if (msg[0] == raw_test) {
+            for (std::int64_t i = 0; i < msg[2]; ++i) {
+                raw_test_recv(buf, 0);
+                raw_test_send(buf, 0);
             }
         } else {
             tpipe::sync_wait([](std::vector<std::byte>& b, std::int64_t n) -> tpipe::task<void> {
