@@ -5,8 +5,8 @@
 //
 // Rank 0 runs Google Benchmark and reports; rank 1 echoes. Before each timed run rank 0 sends
 // rank 1 a control message (mode, bytes, iterations: Google Benchmark fixes the iteration
-// count of a run before it starts), so rank 1 echoes exactly that many messages with the same
-// API; mode 0 ends the echo loop. The tpipe rows also time, right after, a raw ping-pong of
+// count of a run before it starts), so rank 1 echoes exactly that many messages (plus one
+// untimed warm-up round trip) with the same API; mode 0 ends the echo loop. The tpipe rows also time, right after, a raw ping-pong of
 // the same iteration count twice: blocking MPI_Send/MPI_Recv (raw_us) and MPI_Isend/MPI_Irecv
 // spun on MPI_Test (test_us, what a poller does without tpipe). They report one-way latencies
 // (tpipe_us, raw_us, test_us, microseconds), added_us = tpipe_us - raw_us, and the bandwidth
@@ -70,9 +70,10 @@ void raw_test_recv(std::vector<std::byte>& buf, int peer)
 
 double raw_seconds(mode m, std::vector<std::byte>& buf, std::int64_t iterations)
 {
-    tell(m, static_cast<std::int64_t>(buf.size()), iterations);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t i = 0; i < iterations; ++i) {
+    tell(m, static_cast<std::int64_t>(buf.size()), iterations + 1);
+    auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t i = 0; i < iterations + 1; ++i) {
+        if (i == 1) t0 = std::chrono::steady_clock::now();  // the first round trip warms up
         if (m == raw) raw_ping(buf, 1);
         else {
             raw_test_send(buf, 1);
@@ -85,7 +86,8 @@ double raw_seconds(mode m, std::vector<std::byte>& buf, std::int64_t iterations)
 void BM_mpi_raw(benchmark::State& state)
 {
     std::vector<std::byte> buf(static_cast<std::size_t>(state.range(0)));
-    tell(raw, state.range(0), static_cast<std::int64_t>(state.max_iterations));
+    tell(raw, state.range(0), static_cast<std::int64_t>(state.max_iterations) + 1);
+    raw_ping(buf, 1);  // warm-up
     for (auto _ : state) raw_ping(buf, 1);
     state.SetBytesProcessed(2 * state.range(0) * static_cast<std::int64_t>(state.iterations()));
 }
@@ -94,14 +96,17 @@ void BM_mpi_tpipe(benchmark::State& state)
 {
     std::vector<std::byte> buf(static_cast<std::size_t>(state.range(0)));
     const auto iterations = static_cast<std::int64_t>(state.max_iterations);
-    tell(tpipe_comm, state.range(0), iterations);
-    const auto t0 = std::chrono::steady_clock::now();
-    tpipe::sync_wait([](benchmark::State& s, std::vector<std::byte>& b) -> tpipe::task<void> {
+    tell(tpipe_comm, state.range(0), iterations + 1);
+    std::chrono::steady_clock::time_point t0;
+    tpipe::sync_wait([](benchmark::State& s, std::vector<std::byte>& b, std::chrono::steady_clock::time_point& start) -> tpipe::task<void> {
+        co_await comm->send(1, 0, b);  // warm-up
+        co_await comm->recv(1, 0, b);
+        start = std::chrono::steady_clock::now();
         for (auto _ : s) {
             co_await comm->send(1, 0, b);
             co_await comm->recv(1, 0, b);
         }
-    }(state, buf));
+    }(state, buf, t0));
     const double tpipe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double raw_s = raw_seconds(raw, buf, iterations);
     const double test_s = raw_seconds(raw_test, buf, iterations);

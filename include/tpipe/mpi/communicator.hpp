@@ -200,6 +200,7 @@ private:
         started_ = true;
         bool finished = false;
         const int rc = drive(finished);
+        detail::note_tested();
         if (rc != MPI_SUCCESS) {
             s_->broken = true;
             return finish(error_of(rc));
