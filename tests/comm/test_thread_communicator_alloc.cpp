@@ -15,14 +15,30 @@ namespace {
 thread_local long allocations = 0;
 }
 
-void* operator new(std::size_t n)
+// Every non-aligned form, so that each allocation is freed by its own family (sanitizers check).
+namespace {
+void* counted_alloc(std::size_t n) noexcept
 {
     ++allocations;
-    if (void* p = std::malloc(n ? n : 1)) return p;
+    return std::malloc(n ? n : 1);
+}
+void* counted_alloc_or_throw(std::size_t n)
+{
+    if (void* p = counted_alloc(n)) return p;
     throw std::bad_alloc();
 }
+} // namespace
+
+void* operator new(std::size_t n) { return counted_alloc_or_throw(n); }
+void* operator new[](std::size_t n) { return counted_alloc_or_throw(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 TEST_CASE("steady-state collectives and messages allocate nothing", "[comm][thread]")
 {
