@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the runtime test suite (tpipe_tests_exec) under ThreadSanitizer and under
+# Builds the runtime test suites (tpipe_tests_exec, tpipe_tests_comm) under ThreadSanitizer and under
 # AddressSanitizer + UndefinedBehaviorSanitizer, each in its own build directory, and runs it.
 #
 #   .ci/sanitizers.sh                 # both
@@ -29,12 +29,14 @@ for kind in "${kinds[@]}"; do
         -DCMAKE_CXX_FLAGS="$flags -fno-omit-frame-pointer" \
         -DCMAKE_EXE_LINKER_FLAGS="$flags" \
         -DTPIPE_WERROR=OFF -DTPIPE_BUILD_BENCHMARKS=OFF -DTPIPE_BUILD_EXAMPLES=OFF >/dev/null
-  echo "== $kind: build tpipe_tests_exec"
-  cmake --build "$dir" -j"$jobs" --target tpipe_tests_exec
-  echo "== $kind: run"
-  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
-  UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
-    "$dir/tests/tpipe_tests_exec"
+  echo "== $kind: build tpipe_tests_exec tpipe_tests_comm"
+  cmake --build "$dir" -j"$jobs" --target tpipe_tests_exec tpipe_tests_comm
+  for suite in exec comm; do
+    echo "== $kind: run tpipe_tests_$suite"
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1" \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1" \
+      "$dir/tests/tpipe_tests_$suite"
+  done
 done
 echo "== sanitizers: clean (${kinds[*]})"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tpipe's build, tests and demo need, only those that are missing.
 # Usage: tools/setup.sh [extra-package ...]
+#   e.g. tools/setup.sh libopenmpi-dev openmpi-bin   (Open MPI, for -DTPIPE_ENABLE_MPI=ON)
 set -euo pipefail
 packages=(cmake g++ make catch2 libbenchmark-dev libtbb-dev ccache "$@")
 missing=()

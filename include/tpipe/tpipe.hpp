@@ -1,6 +1,8 @@
 #pragma once
 // tpipe: composable pipeline-parallelism primitives. This umbrella header is CPU-only; the
 // CUDA, NCCL and MPI parts are included explicitly from their own folders.
+#include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/thread_communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
 #include "tpipe/exec/pipeline.hpp"

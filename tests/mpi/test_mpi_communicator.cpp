@@ -281,3 +281,32 @@ TEST_CASE("a large send posted before a long compute completes long before the c
     // otherwise this test would not be checking the progress thread at all.
     if (const char* needed = std::getenv("TPIPE_TEST_PROGRESS_NEEDED"); needed && std::string(needed) == "1") REQUIRE(without > 0.9);
 }
+
+TEST_CASE("cancel inside a collective: the member stops waiting, and the communicator refuses reset", "[mpi]")
+{
+    communicator world = communicator::world();
+    communicator c = world.duplicate();
+    bool cancelled = false, refused = false;
+    if (c.rank() == 0) {
+        std::thread canceller([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            c.cancel();
+        });
+        try {
+            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        } catch (const tpipe::operation_cancelled&) {
+            cancelled = true;
+        }
+        canceller.join();
+        try {
+            c.reset();
+        } catch (const tpipe::error& e) {
+            refused = std::string(e.what()).find("unusable") != std::string::npos;
+        }
+    } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // arrive late: rank 0's barrier is posted, so this completes
+        tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        cancelled = refused = true;
+    }
+    REQUIRE(all_ranks(cancelled && refused));
+}

@@ -18,7 +18,10 @@
 //   bitwise identical, and the same program on threads and on processes gives the same bits.
 // - send(peer, tag, bytes) / recv(peer, tag, bytes): messages from one source with one tag are
 //   received in the order they were sent; recv's span has exactly the size of the message (a
-//   different size is a tpipe::error). Tags are >= 0.
+//   different size is a tpipe::error). Tags are >= 0. send's awaitable completes when the
+//   bytes may be reused: keep them alive until then (the thread model copies them at once; MPI
+//   posts the send when send() is called and may read them until completion). A model may
+//   start an operation when it is called (MPI posts p2p at the call) or when it is awaited.
 // - split(color, key) is a *blocking* collective meant for setup, called by every member: the
 //   members with the same color (>= 0) form a new communicator, ranked by (key, old rank).
 // - cancel() (noexcept, any thread): every pending and future operation of this member

@@ -218,6 +218,7 @@ private:
         }
         bool poll() noexcept override
         {
+            detail::note_tested();  // this loop drives MPI's progress: the progress thread may rest
             if (!finished()) return false;
             home->post(&node);
             return true;

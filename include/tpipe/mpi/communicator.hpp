@@ -11,7 +11,10 @@
 // - Every operation posts nonblocking MPI calls and awaits them as pollers of the current loop
 //   (tpipe::mpi::request_wait); the progress thread moves the data while the loop computes.
 // - all_reduce_sum is MPI_Igather to rank 0, the rank-order fold ((x0 + x1) + x2) + ... on rank
-//   0, then MPI_Ibcast, in chunks of at most chunk_bytes (4 MiB by default) per member. Not
+//   0, then MPI_Ibcast, in chunks of at most chunk_bytes (4 MiB by default) per member, four
+//   chunks in flight (rank 0 buffers 4 * size chunks). The gathers of the first four are posted
+//   when the all-reduce starts and move while the loop computes; folding a chunk and posting its
+//   broadcast needs the loop (a poll between two actions). Not
 //   MPI_Iallreduce / MPI_Ireduce: their algorithms (trees, recursive halving, ring segments)
 //   sum in an order that depends on the member count and the message size, so the result
 //   differs from the rank-order fold, and for non-power-of-two sizes some algorithms even
@@ -132,8 +135,24 @@ protected:
     explicit collective_op(comm_state* s) noexcept : s_(s) {}
     ~collective_op() = default;
 
+    //! Tests and posts what it can; sets `finished` once done. Returns an MPI error code.
+    //! The default runs phases one after another: test req_, then advance().
+    virtual int drive(bool& finished) noexcept
+    {
+        for (;;) {
+            int flag = 0;
+            const int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // flag is set for MPI_REQUEST_NULL
+            if (rc != MPI_SUCCESS) return rc;
+            if (!flag) return MPI_SUCCESS;
+            if (done_) {
+                finished = true;
+                return MPI_SUCCESS;
+            }
+            if (const int posted = advance(); posted != MPI_SUCCESS) return posted;
+        }
+    }
     //! Posts the next phase into req_ (returns its MPI error code), or sets done_.
-    virtual int advance() noexcept = 0;
+    virtual int advance() noexcept { return MPI_SUCCESS; }
     virtual bool trivial_when_alone() const noexcept { return true; }
     virtual const char* name() const noexcept = 0;
 
@@ -174,29 +193,19 @@ private:
     bool step() noexcept
     {
         if (s_->cancelled.load(std::memory_order_acquire)) {
-            if (req_ != MPI_REQUEST_NULL || started_) s_->broken = true;  // MPI cannot cancel a collective
-            req_ = MPI_REQUEST_NULL;
+            if (started_) s_->broken = true;  // MPI can neither cancel nor free a collective request
             return finish(std::make_exception_ptr(operation_cancelled()));
         }
         if (s_->head != this) return false;
-        for (;;) {
-            if (req_ != MPI_REQUEST_NULL) {
-                int flag = 0;
-                const int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
-                if (rc != MPI_SUCCESS) {
-                    s_->broken = true;
-                    return finish(error_of(rc));
-                }
-                if (!flag) return false;
-            }
-            if (done_) return finish(nullptr);
-            started_ = true;
-            const int rc = advance();
-            if (rc != MPI_SUCCESS) {
-                s_->broken = true;
-                return finish(error_of(rc));
-            }
+        started_ = true;
+        bool finished = false;
+        const int rc = drive(finished);
+        detail::note_tested();
+        if (rc != MPI_SUCCESS) {
+            s_->broken = true;
+            return finish(error_of(rc));
         }
+        return finished ? finish(nullptr) : false;
     }
 
     std::exception_ptr error_of(int rc) const noexcept
@@ -222,31 +231,44 @@ private:
     loop* loop_ = nullptr;
 };
 
+//! All-reduce in chunks, `window` of them in flight: the gathers of the first window are posted
+//! at once (the progress thread moves them while the loop computes); each time the gather of
+//! chunk k has completed, rank 0 folds it and every rank posts the broadcast of chunk k and then
+//! the gather of chunk k + window. Every rank posts the same sequence g0..g(w-1), b0, gw, b1,
+//! g(w+1), ..., as MPI requires of collectives on one communicator.
 template <class T>
 class [[nodiscard]] all_reduce_op final : public collective_op {
 public:
+    static constexpr std::size_t window = 4;
+
     all_reduce_op(comm_state* s, std::span<T> v) noexcept : collective_op(s), v_(v)
     {
         chunk_ = std::max<std::size_t>(1, s->chunk_bytes / sizeof(T));
+        chunks_ = (v.size() + chunk_ - 1) / chunk_;
     }
 
 private:
     const char* name() const noexcept override { return "tpipe::mpi::communicator::all_reduce_sum"; }
-    bool trivial_when_alone() const noexcept override { return true; }
 
-    int advance() noexcept override
+    std::size_t count_of(std::size_t k) const noexcept { return std::min(chunk_, v_.size() - k * chunk_); }
+    T* scratch_of(std::size_t k) noexcept
     {
-        const auto n = static_cast<std::size_t>(s_->size);
-        const std::size_t count = std::min(chunk_, v_.size() - std::min(v_.size(), offset_));
-        switch (phase_) {
-        case phase::gather: {
-            if (offset_ >= v_.size()) {
-                done_ = true;
-                return MPI_SUCCESS;
-            }
-            T* recv = nullptr;
+        return reinterpret_cast<T*>(s_->scratch.data()) + (k % window) * static_cast<std::size_t>(s_->size) * chunk_;
+    }
+
+    int post_gather(std::size_t k) noexcept
+    {
+        const int count = static_cast<int>(count_of(k));
+        T* recv = s_->rank == 0 ? scratch_of(k) : nullptr;
+        return MPI_Igather(v_.data() + k * chunk_, count, datatype<T>(), recv, count, datatype<T>(), 0, s_->comm, &gathers_[k % window]);
+    }
+
+    int drive(bool& finished) noexcept override
+    {
+        if (!posted_first_) {
+            posted_first_ = true;
             if (s_->rank == 0) {
-                const std::size_t need = n * count * sizeof(T);
+                const std::size_t need = std::min(window, chunks_) * static_cast<std::size_t>(s_->size) * chunk_ * sizeof(T);
                 if (s_->scratch.size() < need) {
                     try {
                         s_->scratch.resize(need);
@@ -254,34 +276,46 @@ private:
                         return MPI_ERR_NO_MEM;
                     }
                 }
-                recv = reinterpret_cast<T*>(s_->scratch.data());
             }
-            phase_ = phase::broadcast;
-            return MPI_Igather(v_.data() + offset_, static_cast<int>(count), datatype<T>(), recv, static_cast<int>(count), datatype<T>(), 0,
-                               s_->comm, &req_);
+            for (; gathered_ < std::min(window, chunks_); ++gathered_)
+                if (const int rc = post_gather(gathered_); rc != MPI_SUCCESS) return rc;
         }
-        case phase::broadcast: {
+        while (folded_ < chunks_) {
+            const std::size_t k = folded_, slot = k % window;
+            int flag = 0;
+            if (const int rc = MPI_Test(&broadcasts_[slot], &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
+            if (const int rc = MPI_Test(&gathers_[slot], &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
+            T* out = v_.data() + k * chunk_;
+            const std::size_t count = count_of(k);
             if (s_->rank == 0) {  // the rank-order fold, as tpipe::thread_communicator does it
-                T* out = v_.data() + offset_;
-                const T* in = reinterpret_cast<const T*>(s_->scratch.data());
+                const T* in = scratch_of(k);
                 std::memcpy(out, in, count * sizeof(T));
-                for (std::size_t r = 1; r < n; ++r)
-                    for (std::size_t k = 0; k < count; ++k) out[k] += in[r * count + k];
+                for (std::size_t r = 1; r < static_cast<std::size_t>(s_->size); ++r)
+                    for (std::size_t e = 0; e < count; ++e) out[e] += in[r * count + e];
             }
-            phase_ = phase::gather;
-            const std::size_t at = offset_;
-            offset_ += count;
-            return MPI_Ibcast(v_.data() + at, static_cast<int>(count), datatype<T>(), 0, s_->comm, &req_);
+            if (const int rc = MPI_Ibcast(out, static_cast<int>(count), datatype<T>(), 0, s_->comm, &broadcasts_[slot]); rc != MPI_SUCCESS)
+                return rc;
+            ++folded_;
+            if (gathered_ < chunks_) {
+                if (const int rc = post_gather(gathered_); rc != MPI_SUCCESS) return rc;
+                ++gathered_;
+            }
         }
+        for (auto& b : broadcasts_) {
+            int flag = 0;
+            if (const int rc = MPI_Test(&b, &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
         }
+        finished = true;
         return MPI_SUCCESS;
     }
 
-    enum class phase : unsigned char { gather, broadcast };
     std::span<T> v_;
-    std::size_t chunk_ = 1;
-    std::size_t offset_ = 0;
-    phase phase_ = phase::gather;
+    std::size_t chunk_ = 1, chunks_ = 0;
+    std::size_t gathered_ = 0;  //!< gathers posted
+    std::size_t folded_ = 0;    //!< chunks folded and broadcast posted
+    bool posted_first_ = false;
+    MPI_Request gathers_[window] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Request broadcasts_[window] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
 class [[nodiscard]] broadcast_op final : public collective_op {

@@ -8,9 +8,13 @@
 // and the communicator's collectives count themselves in detail::outstanding()), the thread
 // calls MPI_Iprobe on a private duplicate of MPI_COMM_SELF (so it never matches or consumes a
 // message, and never touches the loops' requests) and runs the registered progress hooks
-// (tpipe::mpi::channel: a body's receive is posted as soon as its header is in) every `interval`, sleeping in between (not
-// spinning: it costs little on a machine with few cores). With nothing outstanding it sleeps on
-// the counter (a futex) until an operation is posted.
+// (tpipe::mpi::channel posts a body's receive as soon as its header is in) every `interval`,
+// sleeping in between (not spinning: it costs little on a machine with few cores). It skips a
+// tick (probe and hooks) when a loop has
+// called MPI_Test since the last one (a polling loop drives progress itself, and a probe would
+// only contend for MPI's lock: measured +0.2 us per small message and -10 % bandwidth in
+// ping-pong without the skip). With nothing outstanding it sleeps on the counter (a futex)
+// until an operation is posted.
 //
 // Owned by tpipe::mpi::environment (one per process, on by default), or constructed on its
 // own after MPI is initialised with MPI_THREAD_MULTIPLE (it calls MPI from its own thread).
@@ -77,6 +81,18 @@ inline void run_progress_hooks() noexcept
     std::lock_guard<std::mutex> g(hooks().m);
     for (progress_hook* h : hooks().list) h->progress();
 }
+
+//! Set by every MPI_Test of a loop's poller: a loop that polls drives progress itself.
+inline std::atomic<bool>& loop_tested() noexcept
+{
+    static std::atomic<bool> flag{false};
+    return flag;
+}
+inline void note_tested() noexcept
+{
+    auto& f = loop_tested();
+    if (!f.load(std::memory_order_relaxed)) f.store(true, std::memory_order_relaxed);  // no write while set
+}
 } // namespace detail
 
 class progress_thread {
@@ -118,10 +134,12 @@ private:
                 n.wait(0, std::memory_order_acquire);
                 continue;
             }
-            int flag = 0;
-            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
-            detail::run_progress_hooks();
-            probes_.fetch_add(1, std::memory_order_relaxed);
+            if (!detail::loop_tested().exchange(false, std::memory_order_relaxed)) {
+                int flag = 0;
+                MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE);
+                detail::run_progress_hooks();
+                probes_.fetch_add(1, std::memory_order_relaxed);
+            }
             std::this_thread::sleep_for(interval_);
         }
     }

@@ -125,6 +125,7 @@ private:
         }
         int flag = 0;
         const int rc = MPI_Test(&req_, &flag, &status_);
+        detail::note_tested();
         if (rc != MPI_SUCCESS) {
             if (req_ != MPI_REQUEST_NULL) MPI_Request_free(&req_);
             req_ = MPI_REQUEST_NULL;

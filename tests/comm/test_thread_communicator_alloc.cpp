@@ -1,0 +1,75 @@
+// The in-process communicator allocates nothing per operation in the steady state (meeting
+// slots and message buffers are reused): counted with a replaced operator new, per thread.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/exec/task.hpp"
+
+namespace {
+thread_local long allocations = 0;
+}
+
+// Every non-aligned form, so that each allocation is freed by its own family (sanitizers check).
+namespace {
+void* counted_alloc(std::size_t n) noexcept
+{
+    ++allocations;
+    return std::malloc(n ? n : 1);
+}
+void* counted_alloc_or_throw(std::size_t n)
+{
+    if (void* p = counted_alloc(n)) return p;
+    throw std::bad_alloc();
+}
+} // namespace
+
+void* operator new(std::size_t n) { return counted_alloc_or_throw(n); }
+void* operator new[](std::size_t n) { return counted_alloc_or_throw(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+
+TEST_CASE("steady-state collectives and messages allocate nothing", "[comm][thread]")
+{
+    const long a0 = allocations;
+    void* probe = ::operator new(16);  // the counter counts (a direct call is never elided)
+    const long a1 = allocations;
+    ::operator delete(probe);
+    REQUIRE(a1 == a0 + 1);
+
+    constexpr int d = 3;
+    tpipe::thread_group g(d);
+    std::vector<long> counted(d, -1);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < d; ++i)
+        threads.emplace_back([&, i] {
+            tpipe::sync_wait([](tpipe::thread_communicator c, long& out) -> tpipe::task<void> {
+                std::vector<float> grad(4096, 1.0f);
+                std::vector<std::byte> msg(256);
+                const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
+                long before = 0;
+                for (int iter = 0; iter < 50; ++iter) {
+                    if (iter == 10) before = allocations;  // after warm-up: slots and buffers exist
+                    co_await c.all_reduce_sum(std::span<float>(grad));
+                    co_await c.send(next, 1, msg);
+                    co_await c.recv(prev, 1, msg);
+                    co_await c.broadcast(msg, 0);
+                    co_await c.barrier();
+                }
+                out = allocations - before;
+            }(g.member(i), counted[static_cast<std::size_t>(i)]));
+        });
+    for (auto& t : threads) t.join();
+    REQUIRE(counted == std::vector<long>(d, 0));
+}
