@@ -10,10 +10,9 @@
 // message, and never touches the loops' requests) and runs the registered progress hooks
 // (tpipe::mpi::channel posts a body's receive as soon as its header is in) every `interval`,
 // sleeping in between (not spinning: it costs little on a machine with few cores). It skips a
-// tick (probe and hooks) when a loop has
-// called MPI_Test since the last one (a polling loop drives progress itself, and a probe would
-// only contend for MPI's lock: measured +0.2 us per small message and -10 % bandwidth in
-// ping-pong without the skip). With nothing outstanding it sleeps on the counter (a futex)
+// tick (probe and hooks) when a loop has called MPI_Test since the last one (a polling loop
+// drives progress itself, and a probe would only contend for MPI's lock: measured +0.2 us per
+// small message and -10 % bandwidth in ping-pong without the skip). With nothing outstanding it sleeps on the counter (a futex)
 // until an operation is posted.
 //
 // Owned by tpipe::mpi::environment (one per process, on by default), or constructed on its
