@@ -1,5 +1,7 @@
 // MPI ping-pong: raw MPI_Send/MPI_Recv against the same ping-pong through
-// tpipe::mpi::communicator send/recv awaited from a loop, 8 B ... 64 MiB, in the same run.
+// tpipe::mpi::communicator send/recv awaited from a loop, and through the pipeline's
+// tpipe::mpi::channel (a std::vector<std::byte> payload: header and body, the receiver builds
+// the vector), 8 B ... 64 MiB, in the same run.
 //
 //   mpirun --oversubscribe --allow-run-as-root -np 2 build/bench/bench_mpi
 //
@@ -24,15 +26,21 @@
 
 #include "tpipe/exec/sync_wait.hpp"
 #include "tpipe/exec/task.hpp"
+#include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
 
 namespace {
 
-enum mode : std::int64_t { stop = 0, raw = 1, tpipe_comm = 2, raw_test = 3 };
+enum mode : std::int64_t { stop = 0, raw = 1, tpipe_comm = 2, raw_test = 3, tpipe_channel = 4 };
+
+using bytes = std::vector<std::byte>;
+using byte_channel = tpipe::mpi::channel<bytes>;
+constexpr int channel_tags = 256;  // tags per channel "iteration": reset after this many messages
 
 MPI_Comm control = MPI_COMM_NULL;   // control messages
 MPI_Comm raw_comm = MPI_COMM_NULL;  // raw ping-pong
+MPI_Comm channel_comm = MPI_COMM_NULL;  // tpipe::mpi::channel ping-pong
 tpipe::mpi::communicator* comm = nullptr;
 
 void tell(std::int64_t m, std::int64_t bytes, std::int64_t iterations)
@@ -120,6 +128,63 @@ void BM_mpi_tpipe(benchmark::State& state)
     state.counters["bw_vs_test"] = test_s / tpipe_s;
 }
 
+//! `n` round trips through two channels: send on `out`, receive on `in` (or the reverse when
+//! `echo`), starting a new channel iteration every channel_tags messages.
+tpipe::task<void> channel_ping(byte_channel& out, byte_channel& in, bytes payload, std::int64_t n, bool echo)
+{
+    for (std::int64_t i = 0; i < n; ++i) {
+        const int tag = static_cast<int>(i % channel_tags);
+        if (tag == 0 && i > 0) {
+            co_await out.drain();
+            out.reset(channel_tags);
+            in.reset(channel_tags);
+        }
+        if (!echo) out.send(tag, std::move(payload));
+        in.post(tag);
+        co_await in.arrival(tag);
+        payload = in.take(tag);
+        if (echo) out.send(tag, std::move(payload));
+    }
+    co_await out.drain();
+}
+
+void BM_mpi_channel(benchmark::State& state)
+{
+    const auto iterations = static_cast<std::int64_t>(state.max_iterations);
+    tell(tpipe_channel, state.range(0), iterations + 1);
+    byte_channel out(channel_comm, 1, 0, true, channel_tags), in(channel_comm, 1, 2 * channel_tags, false, channel_tags);
+    bytes buf(static_cast<std::size_t>(state.range(0)));
+    tpipe::sync_wait(channel_ping(out, in, buf, 1, false));  // warm-up
+    out.reset(channel_tags);
+    in.reset(channel_tags);
+    const auto t0 = std::chrono::steady_clock::now();
+    tpipe::sync_wait([](benchmark::State& s, byte_channel& o, byte_channel& i, bytes b) -> tpipe::task<void> {
+        std::int64_t k = 0;
+        for (auto _ : s) {
+            const int tag = static_cast<int>(k++ % channel_tags);
+            if (tag == 0 && k > 1) {
+                co_await o.drain();
+                o.reset(channel_tags);
+                i.reset(channel_tags);
+            }
+            o.send(tag, std::move(b));
+            i.post(tag);
+            co_await i.arrival(tag);
+            b = i.take(tag);
+        }
+        co_await o.drain();
+    }(state, out, in, std::move(buf)));
+    const double tpipe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    bytes raw_buf(static_cast<std::size_t>(state.range(0)));
+    const double raw_s = raw_seconds(raw, raw_buf, iterations);
+    const double one_way = 1e6 / static_cast<double>(iterations) / 2;
+    state.SetBytesProcessed(2 * state.range(0) * iterations);
+    state.counters["tpipe_us"] = tpipe_s * one_way;
+    state.counters["raw_us"] = raw_s * one_way;
+    state.counters["added_us"] = (tpipe_s - raw_s) * one_way;
+    state.counters["bw_vs_raw"] = raw_s / tpipe_s;
+}
+
 void echo_loop()
 {
     std::vector<std::byte> buf;
@@ -138,6 +203,12 @@ void echo_loop()
                 raw_test_recv(buf, 0);
                 raw_test_send(buf, 0);
             }
+        } else if (msg[0] == tpipe_channel) {
+            byte_channel in(channel_comm, 0, 0, false, channel_tags), out(channel_comm, 0, 2 * channel_tags, true, channel_tags);
+            tpipe::sync_wait(channel_ping(out, in, {}, 1, true));  // warm-up
+            out.reset(channel_tags);
+            in.reset(channel_tags);
+            tpipe::sync_wait(channel_ping(out, in, {}, msg[2] - 1, true));
         } else {
             tpipe::sync_wait([](std::vector<std::byte>& b, std::int64_t n) -> tpipe::task<void> {
                 for (std::int64_t i = 0; i < n; ++i) {
@@ -153,6 +224,7 @@ void echo_loop()
 
 BENCHMARK(BM_mpi_raw)->RangeMultiplier(4)->Range(8, 64 << 20);
 BENCHMARK(BM_mpi_tpipe)->RangeMultiplier(4)->Range(8, 64 << 20);
+BENCHMARK(BM_mpi_channel)->RangeMultiplier(4)->Range(8, 64 << 20);
 
 int main(int argc, char** argv)
 {
@@ -169,6 +241,7 @@ int main(int argc, char** argv)
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
     MPI_Comm_dup(MPI_COMM_WORLD, &raw_comm);
+    MPI_Comm_dup(MPI_COMM_WORLD, &channel_comm);
     {
         tpipe::mpi::communicator c = tpipe::mpi::communicator::world();
         comm = &c;
@@ -183,6 +256,7 @@ int main(int argc, char** argv)
         benchmark::Shutdown();
         comm = nullptr;
     }
+    MPI_Comm_free(&channel_comm);
     MPI_Comm_free(&raw_comm);
     MPI_Comm_free(&control);
     return 0;
