@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../comm/reduction_values.hpp"
 #include "mpi_suite.hpp"
 #include "tpipe/exec/loop.hpp"
 #include "tpipe/exec/sync_wait.hpp"
@@ -27,47 +28,11 @@ using tpipe::mpi::communicator;
 
 namespace {
 
-template <class T>
-std::vector<T> values_of(int rank, std::size_t n)
-{
-    std::mt19937_64 rng(static_cast<unsigned>(1234 + rank));
-    std::vector<T> v(n);
-    for (auto& x : v) {
-        if constexpr (std::is_floating_point_v<T>) {
-            std::uniform_real_distribution<double> mant(-1.0, 1.0);
-            std::uniform_int_distribution<int> exp(-20, 20);
-            x = static_cast<T>(std::ldexp(mant(rng), exp(rng)));
-        } else {
-            x = static_cast<T>(static_cast<std::int64_t>(rng() % 2000001) - 1000000);
-        }
-    }
-    return v;
-}
+using tpipe_test::bitwise_equal;
+using tpipe_test::rank_order_sum;
+using tpipe_test::values_of;
 
-template <class T>
-std::vector<T> rank_order_sum(int d, std::size_t n)
-{
-    std::vector<T> sum = values_of<T>(0, n);
-    for (int r = 1; r < d; ++r) {
-        auto v = values_of<T>(r, n);
-        for (std::size_t k = 0; k < n; ++k) sum[k] += v[k];
-    }
-    return sum;
-}
-
-template <class T>
-bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b)
-{
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
-}
-
-//! Whether every rank of `c` passes `ok` (so that all ranks agree on a test's outcome).
-bool all_ranks(bool ok, MPI_Comm c = MPI_COMM_WORLD)
-{
-    int mine = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c);
-    return all == 1;
-}
+bool all_ranks(bool ok) { return tpipe_test::every_process(ok); }
 
 } // namespace
 

@@ -1,0 +1,49 @@
+#pragma once
+// Inputs and expected results of all-reduce tests, shared by the thread and MPI communicator
+// suites: values whose sum changes its bits with the summation order, the rank-order sum, and
+// a bitwise comparison.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+namespace tpipe_test {
+
+//! Values of very different magnitudes, so that a different summation order changes the bits.
+template <class T>
+std::vector<T> values_of(int rank, std::size_t n)
+{
+    std::mt19937_64 rng(static_cast<unsigned>(1234 + rank));
+    std::vector<T> v(n);
+    for (auto& x : v) {
+        if constexpr (std::is_floating_point_v<T>) {
+            std::uniform_real_distribution<double> mant(-1.0, 1.0);
+            std::uniform_int_distribution<int> exp(-20, 20);
+            x = static_cast<T>(std::ldexp(mant(rng), exp(rng)));
+        } else {
+            x = static_cast<T>(static_cast<std::int64_t>(rng() % 2000001) - 1000000);
+        }
+    }
+    return v;
+}
+
+template <class T>
+std::vector<T> rank_order_sum(int d, std::size_t n)
+{
+    std::vector<T> sum = values_of<T>(0, n);
+    for (int r = 1; r < d; ++r) {
+        auto v = values_of<T>(r, n);
+        for (std::size_t k = 0; k < n; ++k) sum[k] += v[k];
+    }
+    return sum;
+}
+
+template <class T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b)
+{
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+} // namespace tpipe_test
