@@ -142,8 +142,8 @@ TEST_CASE("a hand-made deadlocked program is refused, naming who waits for what"
     CHECK(v.waits[1] == wait_edge{1, {1, op::F, 1}, {0, op::F, 1}, 0});
     CHECK_THROWS_WITH(validate(p), "deadlock: no rank can make progress; rank 0 at '0B0' waits for '1B0' on rank 1 "
                                    "(not reached); rank 1 at '1F1' waits for '0F1' on rank 0 (not reached)");
-    // The same deadlock after lowering is a receive that waits for a send.
-    CHECK_THROWS_WITH(validate(lower(p)), Catch::Contains("rank 0 at '0RECV_B0' waits for '1SEND_B0' on rank 1"));
+    // The same deadlock after lowering: the backward waits for the payload its posted receive expects.
+    CHECK_THROWS_WITH(validate(lower(p)), Catch::Contains("rank 0 at '0B0' waits for '1SEND_B0' on rank 1"));
 }
 
 TEST_CASE("the validator names the broken rule", "[schedule][validate]")
@@ -201,7 +201,7 @@ TEST_CASE("the validator names the broken rule", "[schedule][validate]")
     {
         auto p = lower(gpipe{}.program(topology{2}, microbatches(1)));  // its partner never comes
         std::erase_if(p.actions[1], [](const action& a) { return a.kind != op::RECV_F; });
-        refused(p, "rank 0 at '0RECV_B0' waits for '1SEND_B0' on rank 1 (which it never runs)");
+        refused(p, "rank 0 at '0B0' waits for '1SEND_B0' on rank 1 (which it never runs)");
     }
     {
         // Stage order: on the V-shaped rank that holds stages 1 and 2, B of stage 1 must follow

@@ -41,7 +41,7 @@ struct interleaved_1f1b {
             }
             for (; b < total; ++b) bwd(b);
         }
-        return expand_slices(P, detail::loop_placement(P, P * V), units, order);
+        return expand_slices(P, loop_placement(P, P * V), units, order);
     }
 };
 

@@ -24,7 +24,7 @@ struct one_f_one_b {
             }
             for (; b < M; ++b) order[r].push_back({r, op::B, b, 0});
         }
-        return expand_slices(P, detail::loop_placement(P, P), units, order);
+        return expand_slices(P, loop_placement(P, P), units, order);
     }
 };
 

@@ -1,7 +1,9 @@
 #pragma once
 // Validation: a program obeys the dependency rules (F before its B; B/I of stage s after B/I of
-// stage s+1; W after I; token order; every unit exactly once per stage; sends match receives)
-// and cannot deadlock. A refusal names the rank, the action and what it waits for.
+// stage s+1; W after I; token order; every unit exactly once per stage; a compute after the
+// receive it consumes is posted; sends match receives; WAIT_SEND after its SEND; REDUCE_GRAD
+// after the stage's last gradient; an FSDP stage computes between UNSHARD and RESHARD) and
+// cannot deadlock. A refusal names the rank, the action and what it waits for.
 #include <algorithm>
 #include <string>
 
@@ -47,6 +49,10 @@ inline std::string explain(const program& p, const verdict& v)
                " is not a unit of this iteration (" + std::to_string(p.units.microbatches()) + " microbatches)";
     case problem::duplicate: return where() + ": this action already ran; each runs exactly once";
     case problem::out_of_order:
+        if (v.needs.kind == op::UNSHARD && v.at.kind != op::RESHARD)
+            return where() + ": stage " + std::to_string(v.at.stage) + " uses FSDP and its parameters are not "
+                   "gathered here; needs '" + to_string(v.needs) + "' earlier on rank " + std::to_string(v.rank) +
+                   " with no RESHARD in between";
         return where() + ": needs '" + to_string(v.needs) + "' first, which is not earlier on rank " +
                std::to_string(v.rank);
     case problem::bad_comm:
@@ -64,6 +70,9 @@ inline std::string explain(const program& p, const verdict& v)
     case problem::missing_work:
         return "rank " + std::to_string(v.rank) + " never runs '" + to_string(v.at) +
                "'; every unit must run forward and backward (B, or I and W) exactly once on every stage";
+    case problem::bad_group:
+        return where() + ": an OVERLAP_F_B header must be followed by the " + std::to_string(v.at.microbatch) +
+               " computes (F, B, I, W; at least two) it groups";
     case problem::unmatched_send:
         return "rank " + std::to_string(v.rank) + ": '" + to_string(v.at) + "' has no matching '" + to_string(v.needs) +
                "' on rank " + std::to_string(p.stage_rank[v.needs.stage]);

@@ -33,7 +33,7 @@ struct zb_h1 {
             }
             while (w < M) row.push_back({r, op::W, w++, 0});
         }
-        return expand_slices(P, detail::loop_placement(P, P), units, order);
+        return expand_slices(P, loop_placement(P, P), units, order);
     }
 };
 

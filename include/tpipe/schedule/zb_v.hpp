@@ -18,7 +18,7 @@ struct zb_v {
     {
         detail::check_topology(t);
         const int P = t.ranks, M = units.microbatches(), S = 2 * P;
-        const auto place = detail::v_placement(P);
+        const auto place = v_placement(P);
         auto idx = [&](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + m; };
         std::vector<double> f_end(static_cast<std::size_t>(S) * M, -1), i_end(f_end);
 

@@ -1,0 +1,228 @@
+// PyTorch 2.15 interoperability, against the CSVs PyTorch itself writes (tests/schedule/fixtures,
+// made by make_pytorch_fixtures.py there; no PyTorch needed to run these tests).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/schedule/csv.hpp"
+#include "tpipe/schedule/lower.hpp"
+#include "tpipe/schedule/validate.hpp"
+#include "tpipe/sim/simulate.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+using namespace tpipe;
+namespace fs = std::filesystem;
+
+namespace {
+fs::path fixtures() { return fs::path(__FILE__).parent_path() / "fixtures"; }
+
+std::string read(const fs::path& p)
+{
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::vector<fs::path> fixture_files(const std::string& suffix)
+{
+    std::vector<fs::path> out;
+    for (const auto& e : fs::directory_iterator(fixtures()))
+        if (e.path().filename().string().ends_with(suffix)) out.push_back(e.path());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+//! The file without its idle cells (what a program keeps of it).
+std::string without_idle(const std::string& csv)
+{
+    std::string out, line;
+    std::size_t pos = 0;
+    while (pos < csv.size()) {
+        std::size_t eol = csv.find("\r\n", pos);
+        line = csv.substr(pos, eol - pos);
+        pos = eol + 2;
+        std::string kept;
+        std::size_t c = 0;
+        while (c <= line.size()) {
+            std::size_t comma = std::min(line.find(',', c), line.size());
+            if (comma > c) {
+                if (!kept.empty()) kept += ',';
+                kept.append(line, c, comma - c);
+            }
+            c = comma + 1;
+        }
+        out += kept + "\r\n";
+    }
+    return out;
+}
+
+//! A rank's list without what only one side's lowering adds (PyTorch's receive positions and
+//! FSDP actions): computes, groups, sends, waits for sends, gradient reductions, in order.
+std::vector<std::vector<action>> comparable(const program& p)
+{
+    std::vector<std::vector<action>> out;
+    for (const auto& row : p.actions) {
+        auto& r = out.emplace_back();
+        for (const auto& a : row)
+            if (a.kind != op::RECV_F && a.kind != op::RECV_B && a.kind != op::UNSHARD && a.kind != op::RESHARD)
+                r.push_back(a);
+    }
+    return out;
+}
+} // namespace
+
+TEST_CASE("PyTorch's fixtures are there, one pair per schedule class and size", "[schedule][pytorch]")
+{
+    CHECK(fixture_files(".compute.csv").size() >= 38);
+    CHECK(fixture_files(".lowered.csv").size() >= 36);
+    CHECK(read(fixtures() / "VERSION").rfind("torch 2.15", 0) == 0);
+}
+
+TEST_CASE("every PyTorch CSV reads, validates and writes back byte for byte (idle cells aside)",
+          "[schedule][pytorch][csv]")
+{
+    int checked = 0;
+    for (const auto& suffix : {".compute.csv", ".lowered.csv"})
+        for (const auto& f : fixture_files(suffix)) {
+            const std::string text = read(f);
+            INFO(f.filename().string());
+            REQUIRE(text.find("\r\n") != std::string::npos);  // PyTorch's csv.writer: CRLF
+            const program p = from_csv(text);
+            if (f.filename().string().rfind("Schedule1F1B_", 0) == 0) {
+                // PyTorch 2.15's Schedule1F1B order is wrong on its last rank (it runs microbatches
+                // 1..M and never 0); PyTorch's own validator refuses it too.
+                CHECK_THROWS_WITH(validate(p), Catch::Contains("needs '" + std::to_string(p.ranks - 1) + "F0' first"));
+                continue;
+            }
+            const auto v = check(p);
+            INFO(explain(p, v));
+            REQUIRE(v.ok());
+            CHECK(p.lowered() == (std::string(suffix) == ".lowered.csv"));
+            CHECK(to_pytorch_csv(p) == without_idle(text));
+            CHECK(from_csv(to_csv(p)) == p);
+            ++checked;
+        }
+    CHECK(checked >= 70);
+}
+
+TEST_CASE("tpipe lowers PyTorch's compute-only orders as PyTorch does, receives aside", "[schedule][pytorch][lower]")
+{
+    // PyTorch posts receives as early as it can and adds FSDP actions; everything else —
+    // computes, sends, WAIT_SEND placement, REDUCE_GRAD placement — must be the same.
+    int checked = 0;
+    for (const auto& f : fixture_files(".compute.csv")) {
+        auto lowered_file = f.string();
+        lowered_file.replace(lowered_file.size() - 12, 12, ".lowered.csv");
+        if (!fs::exists(lowered_file)) continue;
+        INFO(f.filename().string());
+        const program ours = from_csv(to_pytorch_csv(lower(from_csv(read(f)))));
+        const program theirs = from_csv(read(lowered_file));
+        CHECK(ours.stage_rank == theirs.stage_rank);
+        CHECK(comparable(ours) == comparable(theirs));
+        ++checked;
+    }
+    CHECK(checked >= 36);
+}
+
+TEST_CASE("a PyTorch-lowered program simulates as long as its compute-only order: receives post, computes wait",
+          "[schedule][pytorch][sim]")
+{
+    // PyTorch posts each receive early and waits at the compute that consumes it; with sends
+    // eager, its lowered program then runs exactly as the compute-only order. (When a receive
+    // blocked where it stood, issue 16 measured these up to 1.9x longer.)
+    int checked = 0;
+    for (const auto& f : fixture_files(".lowered.csv")) {
+        auto compute_file = f.string();
+        compute_file.replace(compute_file.size() - 12, 12, ".compute.csv");
+        const program lowered = from_csv(read(f)), compute = from_csv(read(compute_file));
+        for (const auto& c : {uniform_costs{1, 1, 1, 0, 0}, uniform_costs{1, 2, 0.5, 0.25, 0}}) {
+            INFO(f.filename().string() << " comm=" << c.comm);
+            const auto a = simulate(lowered, c), b = simulate(compute, c);
+            CHECK(a.makespan == Approx(b.makespan));
+            CHECK(a.busy == b.busy);
+        }
+        ++checked;
+    }
+    CHECK(checked >= 36);
+}
+
+TEST_CASE("a receive posted early does not block its rank", "[schedule][sim][recv]")
+{
+    // GPipe on 2 ranks, rank 1 posting both receives first: makespan (M+P-1)(F+B) = 6 as
+    // compute-only; a blocking receive would hold 1F0 until 0F1 is sent (7).
+    const program p = from_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                               "1RECV_F0,1RECV_F1,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n");
+    REQUIRE(valid(p));
+    CHECK(simulate(p, uniform_costs{1, 1, 0, 0, 0}).makespan == Approx(6));
+    CHECK(simulate(gpipe{}.program(topology{2}, microbatches(2)), uniform_costs{1, 1, 0, 0, 0}).makespan == Approx(6));
+    // A compute without its posted receive is still refused, and so is a posted receive that
+    // no send ever fills (the compute waits forever).
+    CHECK_THROWS_WITH(validate(from_csv("0F0,0SEND_F0,0RECV_B0,0B0\n1F0,1B0,1SEND_B0\n")),
+                      Catch::Contains("'1F0': needs '1RECV_F0' first"));
+    CHECK_THROWS_WITH(validate(from_csv("0F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n")),
+                      Catch::Contains("rank 1 at '1F0' waits for '0SEND_F0' on rank 0 (which it never runs)"));
+}
+
+TEST_CASE("PyTorch's other action kinds: text, rules and simulated cost", "[schedule][pytorch][action]")
+{
+    CHECK(parse_action("3REDUCE_GRAD") == action{3, op::REDUCE_GRAD, 0, 0});
+    CHECK(parse_action("1WAIT_SEND_B7") == action{1, op::WAIT_SEND_B, 7, 0});
+    CHECK(to_string(action{0, op::WAIT_REDUCE_GRAD, 0, 0}) == "0WAIT_REDUCE_GRAD");
+    for (int k = 0; k < op_count - 1; ++k) {  // every single-action kind round-trips
+        const action a{5, static_cast<op>(k), is_stage_level(static_cast<op>(k)) ? 0 : 4, 0};
+        CHECK(parse_action(to_string(a)) == a);
+    }
+    CHECK_THROWS_WITH(parse_action("0UNSHARD3"), Catch::Contains("names a stage only"));
+    CHECK(parse_cell("(0F3;3B1)OVERLAP_F_B") ==
+          std::vector<action>{overlap_header(2), {0, op::F, 3, 0}, {3, op::B, 1, 0}});
+    CHECK_THROWS_WITH(parse_cell("(0F3)OVERLAP_F_B"), Catch::Contains("at least two"));
+    CHECK_THROWS_WITH(parse_cell("(0F3;0SEND_F3)OVERLAP_F_B"), Catch::Contains("groups computes"));
+    CHECK_THROWS_WITH(parse_cell("(0F3;3B1)"), Catch::Contains("OVERLAP_F_B"));
+    STATIC_REQUIRE(is_runnable(op::RECV_B) && !is_runnable(op::WAIT_SEND_F) && !is_compute(op::OVERLAP_F_B));
+
+    auto refused = [](const char* csv, const std::string& what) {
+        CHECK_THROWS_WITH(validate(from_csv(csv)), Catch::Contains(what));
+    };
+    refused("0F0,0F1,0B0,0REDUCE_GRAD,0B1\n", "'0REDUCE_GRAD': needs '0B1' first");
+    refused("0F0,0F1,0B0,0B1,0WAIT_REDUCE_GRAD\n", "needs '0REDUCE_GRAD' first");
+    refused("0UNSHARD,0F0,0RESHARD,0B0\n", "stage 0 uses FSDP and its parameters are not gathered");
+    refused("0UNSHARD,0UNSHARD,0F0,0B0\n", "already ran");
+    refused("0F0,0WAIT_SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "needs '0SEND_F0' first");
+    program p = from_csv("0F0,0B0\n");
+    p.actions[0].insert(p.actions[0].begin(), overlap_header(3));
+    CHECK_THROWS_WITH(validate(p), Catch::Contains("must be followed by the 3 computes"));
+
+    // Zero cost unless the cost model gives one; WAIT_REDUCE_GRAD then blocks for it.
+    struct reduce_costs : uniform_costs {
+        double compute(op k, int s, const unit& u) const { return k == op::REDUCE_GRAD ? 5 : uniform_costs::compute(k, s, u); }
+    };
+    const program g = from_csv("0F0,0F1,0B0,0B1,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\n");
+    CHECK(simulate(g, uniform_costs{1, 1, 1, 0, 0}).makespan == Approx(6));
+    CHECK(simulate(g, reduce_costs{{1, 1, 1, 0, 0}}).makespan == Approx(11));
+}
+
+TEST_CASE("export to PyTorch refuses token slices and completes lowered programs", "[schedule][pytorch][csv]")
+{
+    CHECK_THROWS_WITH(to_pytorch_csv(gpipe{}.program(topology{2}, microbatches(2, 3))),
+                      Catch::Contains("microbatch 0 has 3") && Catch::Contains("PyTorch's pipelining cannot express"));
+    const auto low = lower(one_f_one_b{}.program(topology{2}, microbatches(2)));
+    const program back = from_csv(to_pytorch_csv(low));
+    REQUIRE(valid(back));
+    // Every send gets its wait, every stage one gradient reduction and its wait.
+    int sends = 0, waits = 0, reduces = 0;
+    for (const auto& row : back.actions)
+        for (const auto& a : row) {
+            sends += a.kind == op::SEND_F || a.kind == op::SEND_B;
+            waits += a.kind == op::WAIT_SEND_F || a.kind == op::WAIT_SEND_B;
+            reduces += a.kind == op::REDUCE_GRAD;
+        }
+    CHECK(sends == 4);
+    CHECK(waits == sends);
+    CHECK(reduces == 2);
+    CHECK(to_pytorch_csv(back) == to_pytorch_csv(low));  // nothing added twice
+    CHECK(simulate(back, uniform_costs{}).makespan == Approx(simulate(low, uniform_costs{}).makespan));
+}
