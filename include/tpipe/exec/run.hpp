@@ -450,6 +450,7 @@ private:
                 st.slot = &bnd<S>().bwd.header(st.u);
             }
             break;
+        default: refuse("this kind is PyTorch's (for reading, writing and simulating); the runtime does not run it");
         }
     }
 
