@@ -132,3 +132,30 @@ TEST_CASE("simulating an invalid program throws its reason", "[sim]")
     std::swap(p.actions[1][0], p.actions[1][1]);
     CHECK_THROWS_AS(simulate(p, uniform_costs{}), invalid_program);
 }
+
+TEST_CASE("the text timeline shows every action, with its stage where a rank holds several", "[sim][export][text]")
+{
+    // Interleaved on 4 ranks, V = 2, 8 microbatches: wider than 150 columns, so it wraps instead
+    // of merging cells; every compute's label appears once, stage included.
+    const auto prog = interleaved_1f1b{2}.program(topology{4}, microbatches(8));
+    const auto sim = simulate(prog, uniform_costs{0.5, 0.5, 0.5, 0, 0});
+    const auto text = text_timeline(sim.events, sim.ranks);
+    std::size_t longest = 0;
+    for (std::size_t pos = 0, eol; (eol = text.find('\n', pos)) != std::string::npos; pos = eol + 1)
+        longest = std::max(longest, eol - pos);
+    CHECK(longest <= 150);
+    CHECK(text.rfind("t = 0\n", 0) == 0);
+    for (const auto& row : prog.actions)
+        for (const auto& a : row) {
+            std::string l = " ";
+            l += to_string(a);
+            l += ' ';
+            INFO(l);
+            CHECK(text.find(l) != std::string::npos);
+            CHECK(text.find(l, text.find(l) + 1) == std::string::npos);  // exactly once
+        }
+    // Unequal costs: a short W after a long I still gets its own cell.
+    const auto z = simulate(zb_h1{}.program(topology{2}, microbatches(2)), uniform_costs{2, 3, 1, 0, 0});
+    const auto zt = text_timeline(z.events, z.ranks, 1000);
+    for (const char* l : {"F0 ", "F1 ", "I0 ", "I1 ", "W0 ", "W1 "}) CHECK(zt.find(l, zt.find("rank 1")) != std::string::npos);
+}
