@@ -226,3 +226,107 @@ TEST_CASE("export to PyTorch refuses token slices and completes lowered programs
     CHECK(to_pytorch_csv(back) == to_pytorch_csv(low));  // nothing added twice
     CHECK(simulate(back, uniform_costs{}).makespan == Approx(simulate(low, uniform_costs{}).makespan));
 }
+
+namespace {
+struct fixture_name {
+    std::string cls;
+    int P = 0, M = 0;
+};
+fixture_name parse_name(const fs::path& f)
+{
+    const std::string n = f.filename().string();  // <Class>_P<p>_M<m>.compute.csv
+    const auto p = n.find("_P"), m = n.find("_M"), dot = n.find('.');
+    return {n.substr(0, p), std::stoi(n.substr(p + 2, m - p - 2)), std::stoi(n.substr(m + 2, dot - m - 2))};
+}
+
+//! Computes and group headers only (PyTorch's single-stage classes also list REDUCE_GRAD).
+std::vector<std::vector<action>> computes(const program& p)
+{
+    std::vector<std::vector<action>> out;
+    for (const auto& row : p.actions) {
+        auto& r = out.emplace_back();
+        for (const auto& a : row)
+            if (is_compute(a.kind) || a.kind == op::OVERLAP_F_B) r.push_back(a);
+    }
+    return out;
+}
+} // namespace
+
+TEST_CASE("tpipe's schedules reached by PyTorch's class names build PyTorch's orders", "[schedule][pytorch][registry]")
+{
+    // Same computes in the same order on every rank (PyTorch's idle cells aside), for GPipe,
+    // interleaved 1F1B (M a multiple of P or not), looped BFS, interleaved zero-bubble, DualPipeV
+    // with its OVERLAP_F_B groups, and ZB-V in the paper's order.
+    int checked = 0;
+    for (const auto& f : fixture_files(".compute.csv")) {
+        const auto [cls, P, M] = parse_name(f);
+        if (cls == "Schedule1F1B") continue;  // PyTorch's own order is wrong (see above)
+        INFO(f.filename().string());
+        const program theirs = from_csv(read(f));
+        const program ours = cls == "ScheduleZBVZeroBubble"
+                                 ? zb_v{zb_v::order::paper}.program(topology{P}, microbatches(M))
+                                 : make_schedule(cls).program(topology{P}, microbatches(M));
+        CHECK(ours.stage_rank == theirs.stage_rank);
+        CHECK(computes(ours) == computes(theirs));
+        ++checked;
+    }
+    CHECK(checked >= 36);
+}
+
+TEST_CASE("tpipe's ZB-V bubble is at most PyTorch's ScheduleZBVZeroBubble order's, P = 2..8, M = P, 2P, 4P",
+          "[schedule][pytorch][zb-v]")
+{
+    int checked = 0, better = 0;
+    for (const auto& f : fixture_files(".compute.csv")) {
+        const auto [cls, P, M] = parse_name(f);
+        if (cls != "ScheduleZBVZeroBubble") continue;
+        const auto costs = uniform_costs{1, 1, 1, 0, 0};
+        const auto theirs = simulate(from_csv(read(f)), costs);
+        const auto ours = simulate(zb_v{}.program(topology{P}, microbatches(M)), costs);
+        INFO("P=" << P << " M=" << M << " tpipe " << ours.bubble_fraction << " PyTorch " << theirs.bubble_fraction);
+        CHECK(ours.bubble_fraction <= theirs.bubble_fraction + 1e-12);
+        better += ours.bubble_fraction < theirs.bubble_fraction - 1e-12;
+        for (int r = 0; r < P; ++r) CHECK(ours.peak_activations[r] <= 2 * P);  // 1F1B's peak in half-size chunks
+        ++checked;
+    }
+    CHECK(checked == 21);
+    CHECK(better > 0);  // the list-scheduled order wins somewhere, else `best` would be pointless
+}
+
+TEST_CASE("the schedule registry is open: aliases, case, a user's schedule, clashes refused", "[schedule][registry]")
+{
+    CHECK(canonical_schedule_name("Schedule1F1B") == "1f1b");
+    CHECK(canonical_schedule_name("scheduleinterleaved1f1b") == "interleaved");
+    CHECK(canonical_schedule_name("ZBVZeroBubble") == "zb-v");
+    CHECK(canonical_schedule_name("ZB-V") == "zb-v");
+    CHECK_THROWS_WITH(make_schedule("pipedream"), Catch::Contains("known schedules: gpipe") &&
+                                                      Catch::Contains("dualpipe-v"));
+    // dualpipe-v's OVERLAP_F_B groups are PyTorch's: listed with all = true only.
+    const auto runnable = schedule_names(), all = schedule_names(true);
+    CHECK(std::find(runnable.begin(), runnable.end(), "dualpipe-v") == runnable.end());
+    CHECK(std::find(all.begin(), all.end(), "dualpipe-v") != all.end());
+
+    struct reverse_gpipe {  // all forwards, then the backwards in reverse order
+        std::string_view name() const { return "reverse-gpipe"; }
+        tpipe::program program(const topology& t, const scheme& units) const
+        {
+            microbatch_order order(t.ranks);
+            for (int r = 0; r < t.ranks; ++r) {
+                for (int m = 0; m < units.microbatches(); ++m) order[r].push_back({r, op::F, m, 0});
+                for (int m = units.microbatches() - 1; m >= 0; --m) order[r].push_back({r, op::B, m, 0});
+            }
+            return expand_slices(t.ranks, loop_placement(t.ranks, t.ranks), units, order);
+        }
+    };
+    static const bool registered =
+        register_schedule({"reverse-gpipe", {"ReverseGPipe"}, [](const schedule_options&) { return any_schedule(reverse_gpipe{}); }});
+    CHECK(registered);
+    CHECK(make_schedule("ReverseGPipe").name() == "reverse-gpipe");
+    CHECK(valid(make_schedule("reverse-gpipe").program(topology{3}, microbatches(4, 2))));
+    CHECK(stages_per_rank("reverse-gpipe") == 1);
+    CHECK(schedule_names().back() == "reverse-gpipe");
+    CHECK_THROWS_WITH(register_schedule({"Reverse-GPipe", {}, [](const schedule_options&) { return any_schedule(gpipe{}); }}),
+                      Catch::Contains("taken by schedule 'reverse-gpipe'"));
+    CHECK_THROWS_WITH(register_schedule({"x", {"schedulegpipe"}, [](const schedule_options&) { return any_schedule(gpipe{}); }}),
+                      Catch::Contains("taken by schedule 'gpipe'"));
+}

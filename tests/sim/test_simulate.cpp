@@ -159,3 +159,42 @@ TEST_CASE("the text timeline shows every action, with its stage where a rank hol
     const auto zt = text_timeline(z.events, z.ranks, 1000);
     for (const char* l : {"F0 ", "F1 ", "I0 ", "I1 ", "W0 ", "W1 "}) CHECK(zt.find(l, zt.find("rank 1")) != std::string::npos);
 }
+
+TEST_CASE("simulated makespan equals the closed form for looped BFS: (MV+P-1)(F+B) for M >= P", "[sim][closed-form]")
+{
+    for (const auto& c : cost_cases)
+        for (int V = 1; V <= 4; ++V)
+            for (int P = 1; P <= 8; ++P)
+                for (int M = P; M <= 24; ++M) {
+                    const auto sim = simulate(looped_bfs{V}.program(topology{P}, microbatches(M)),
+                                              uniform_costs{c.f, c.b, c.w, 0, 0});
+                    INFO("P=" << P << " M=" << M << " V=" << V << " f=" << c.f << " b=" << c.b);
+                    REQUIRE(sim.makespan == Approx((M * V + P - 1) * (c.f + c.b + c.w)));
+                }
+}
+
+TEST_CASE("ZB-V in the paper's order: makespan 2M(F+I+W) + (P-1)F at F = I = W, for M >= 2P", "[sim][closed-form][zb-v]")
+{
+    // Zero bubble on every rank's own span; only the staggered start of (P-1) forwards remains.
+    for (double t : {1.0, 0.5, 2.0})
+        for (int P = 1; P <= 8; ++P)
+            for (int M = 2 * P; M <= 32; ++M) {
+                const auto sim = simulate(zb_v{zb_v::order::paper}.program(topology{P}, microbatches(M)),
+                                          uniform_costs{t, t, t, 0, 0});
+                INFO("P=" << P << " M=" << M << " t=" << t);
+                REQUIRE(sim.makespan == Approx(2 * M * 3 * t + (P - 1) * t));
+            }
+}
+
+TEST_CASE("interleaved zero-bubble fills interleaved 1F1B's bubble with W's", "[sim][zb]")
+{
+    for (int V = 1; V <= 3; ++V)
+        for (int P = 2; P <= 8; ++P)
+            for (int M : {P, 2 * P, 4 * P}) {
+                const auto c = uniform_costs{1, 1, 1, 0, 0};
+                const auto zb = simulate(interleaved_zb{V}.program(topology{P}, microbatches(M)), c);
+                const auto il = simulate(interleaved_1f1b{V}.program(topology{P}, microbatches(M)), c);
+                INFO("P=" << P << " M=" << M << " V=" << V);
+                CHECK(zb.makespan < il.makespan);
+            }
+}

@@ -27,10 +27,13 @@ const char* help = R"(usage: tpipe-plan simulate --schedule NAME --stages P --mi
                       compute-only or lowered, e.g. written by PyTorch's _dump_csv); it says
                       ranks, stages and microbatches itself
 
-  --schedule NAME     gpipe, 1f1b, interleaved, zb-h1, zb-v, terapipe-gpipe, terapipe-1f1b
-  --stages P          pipeline ranks (interleaved places V stages per rank, zb-v two)
-  --microbatches M    microbatches per iteration (interleaved: a multiple of P)
-  --virtual V         stages per rank for interleaved (default 2)
+  --schedule NAME     a registered schedule (listed below); PyTorch's class names work too
+                      (Schedule1F1B, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ...)
+  --stages P          pipeline ranks (interleaved, looped-bfs, interleaved-zb place V stages
+                      per rank; zb-v and dualpipe-v two)
+  --microbatches M    microbatches per iteration (interleaved*: max(1, M/P) rounds must divide M;
+                      dualpipe-v: M >= 2P)
+  --virtual V         stages per rank for the schedules that take V (default 2)
   --slices S          token slices per microbatch (required by terapipe-*; any schedule accepts it)
   --f X --b Y --w Z   per-stage time of a microbatch's forward, input-gradient and weight-gradient
                       backward (default 1 each); unsplit schedules run B = b + w; a token slice
@@ -60,7 +63,7 @@ program read_program_file(const std::string& path)
 int simulate_command(args& a)
 {
     if (a.flag("--help")) {
-        std::cout << help;
+        std::cout << help << "\nschedules: " << schedule_list() << "\n";
         return 0;
     }
     const auto file = a.value("--program");
