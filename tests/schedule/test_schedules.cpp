@@ -5,6 +5,7 @@
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/lower.hpp"
+#include "tpipe/schedule/over_tokens.hpp"
 #include "tpipe/schedule/validate.hpp"
 #include "tpipe/slice/slicers.hpp"
 
@@ -289,4 +290,73 @@ TEST_CASE("a custom schedule written as a small generator is a schedule and vali
     const any_schedule s = reverse_gpipe{};
     CHECK(s.name() == "reverse-gpipe");
     CHECK(valid(s.program(topology{3}, microbatches(3))));
+}
+
+TEST_CASE("over_tokens runs any microbatch schedule over token slices, causally", "[schedule][combinator]")
+{
+    const auto units = grid_slicer{2, {4, 2, 1, 1}}.scheme(batch_shape{4, 8});
+    // The built-in schedules already expand slices this way: the combinator must agree.
+    for (const auto& name : schedule_names(true)) {
+        if (name == "terapipe-1f1b" || name == "dualpipe-v") continue;  // orders units itself / needs M >= 2P
+        const auto s = make_schedule(name);
+        INFO(name);
+        CHECK(over_tokens(s).program(topology{3}, units) == s.program(topology{3}, units));
+        CHECK(over_tokens(s).name() == "tokens(" + name + ")");
+    }
+    // A schedule that knows nothing of slices (it names slice 0 only) becomes a token-level one.
+    struct blind_gpipe {
+        std::string_view name() const { return "blind-gpipe"; }
+        tpipe::program program(const topology& t, const scheme& u) const
+        {
+            tpipe::program p{t.ranks, loop_placement(t.ranks, t.ranks), u, std::vector<std::vector<action>>(t.ranks)};
+            for (int r = 0; r < t.ranks; ++r) {
+                for (int m = 0; m < u.microbatches(); ++m) p.actions[r].push_back({r, op::F, m, 0});
+                for (int m = 0; m < u.microbatches(); ++m) p.actions[r].push_back({r, op::B, m, 0});
+            }
+            return p;
+        }
+    };
+    CHECK_FALSE(valid(blind_gpipe{}.program(topology{3}, units)));  // misses every slice but the first
+    const auto tokens = over_tokens(blind_gpipe{}).program(topology{3}, units);
+    CHECK(valid(tokens));
+    CHECK(tokens == gpipe{}.program(topology{3}, units));
+    struct names_slices {  // orders slices itself, whatever it is given: over_tokens refuses it
+        std::string_view name() const { return "names-slices"; }
+        tpipe::program program(const topology&, const scheme& u) const
+        {
+            return tpipe::program{1, {0}, u, {{{0, op::F, 0, 1}}}};
+        }
+    };
+    CHECK_THROWS_WITH(over_tokens(names_slices{}).program(topology{1}, microbatches(1, 2)),
+                      Catch::Contains("names-slices already names token slices ('0F0.1')"));
+}
+
+TEST_CASE("the warm-up depth of 1F1B and ZB-H1 is a knob: more forwards first, more alive", "[schedule][combinator]")
+{
+    for (int e = 0; e <= 3; ++e)
+        for (int P = 1; P <= 6; ++P)
+            for (int M = 1; M <= 12; ++M) {
+                INFO("extra=" << e << " P=" << P << " M=" << M);
+                const auto o = one_f_one_b{.extra_warmup = e}.program(topology{P}, microbatches(M));
+                const auto z = zb_h1{.extra_warmup = e}.program(topology{P}, microbatches(M));
+                REQUIRE(valid(o));
+                REQUIRE(valid(z));
+                for (int r = 0; r < P; ++r) {
+                    int live = 0, peak = 0;
+                    for (const auto& a : o.actions[r]) peak = std::max(peak, live += a.kind == op::F ? 1 : -1);
+                    CHECK(peak == std::min(P - r + e, M));
+                }
+            }
+    CHECK_THROWS_WITH(one_f_one_b{.extra_warmup = -1}.program(topology{2}, microbatches(2)), Catch::Contains(">= 0"));
+}
+
+TEST_CASE("must_be_valid passes valid programs and names the rule an invalid one breaks", "[schedule][validate]")
+{
+    STATIC_REQUIRE(must_be_valid(zb_h1{}.program(topology{4}, microbatches(8, 2))));
+    // In a static_assert the call below stops compilation with "call to non-'constexpr' function
+    // 'void tpipe::rule_broken::an_action_comes_before_what_it_needs_on_its_rank()'"; at run time
+    // it returns false.
+    program p = gpipe{}.program(topology{2}, microbatches(2));
+    std::swap(p.actions[1][0], p.actions[1][2]);
+    CHECK_FALSE(must_be_valid(p));
 }

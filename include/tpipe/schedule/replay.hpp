@@ -93,10 +93,14 @@ public:
                 if (a.kind == op::UNSHARD) fsdp_[a.stage] = true;
         std::vector<std::size_t> pc(R, 0);
 
+        // Passes alternate between ranks ascending and descending: forward data flows down the
+        // ranks and gradients up, so each direction clears its chain in one pass (one direction
+        // only would take a pass per hop, and blow constexpr step limits on large programs).
         bool progress = true;
-        while (progress) {
+        for (bool down = true; progress; down = !down) {
             progress = false;
-            for (int r = 0; r < R; ++r) {
+            for (int i = 0; i < R; ++i) {
+                const int r = down ? i : R - 1 - i;
                 const auto& row = p_.actions[r];
                 while (pc[r] < row.size()) {
                     verdict v = step(r, static_cast<int>(pc[r]), row[pc[r]]);

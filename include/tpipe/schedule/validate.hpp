@@ -14,6 +14,44 @@ namespace tpipe {
 //! True when the program passes every check; usable in static_assert.
 constexpr bool valid(const program& p) { return check(p).ok(); }
 
+namespace rule_broken {
+// Deliberately not constexpr: reaching one in a constant expression stops compilation, and the
+// compiler's message names it ("call to non-'constexpr' function ...::a_rank_deadlocks()").
+inline void the_shape_is_inconsistent() {}
+inline void an_action_names_a_stage_that_does_not_exist() {}
+inline void an_action_runs_on_a_rank_that_does_not_own_its_stage() {}
+inline void an_action_names_a_unit_outside_the_scheme() {}
+inline void an_action_runs_twice() {}
+inline void an_action_comes_before_what_it_needs_on_its_rank() {}
+inline void a_send_or_receive_does_not_connect_adjacent_stages_on_different_ranks() {}
+inline void the_ranks_deadlock() {}
+inline void a_unit_never_runs_forward_and_backward_on_some_stage() {}
+inline void a_send_has_no_matching_receive() {}
+inline void an_overlap_group_is_not_followed_by_its_computes() {}
+} // namespace rule_broken
+
+//! `static_assert(tpipe::must_be_valid(p))`: true for a valid program; for an invalid one the
+//! compilation fails with a message naming the broken rule. (A compile-time message cannot
+//! carry the rank and action; `validate(p)` at run time says those.)
+constexpr bool must_be_valid(const program& p)
+{
+    switch (check(p).what) {
+    case problem::none: return true;
+    case problem::bad_shape: rule_broken::the_shape_is_inconsistent(); break;
+    case problem::bad_stage: rule_broken::an_action_names_a_stage_that_does_not_exist(); break;
+    case problem::wrong_rank: rule_broken::an_action_runs_on_a_rank_that_does_not_own_its_stage(); break;
+    case problem::bad_unit: rule_broken::an_action_names_a_unit_outside_the_scheme(); break;
+    case problem::duplicate: rule_broken::an_action_runs_twice(); break;
+    case problem::out_of_order: rule_broken::an_action_comes_before_what_it_needs_on_its_rank(); break;
+    case problem::bad_comm: rule_broken::a_send_or_receive_does_not_connect_adjacent_stages_on_different_ranks(); break;
+    case problem::deadlock: rule_broken::the_ranks_deadlock(); break;
+    case problem::missing_work: rule_broken::a_unit_never_runs_forward_and_backward_on_some_stage(); break;
+    case problem::unmatched_send: rule_broken::a_send_has_no_matching_receive(); break;
+    case problem::bad_group: rule_broken::an_overlap_group_is_not_followed_by_its_computes(); break;
+    }
+    return false;
+}
+
 namespace detail {
 inline bool has_action(const program& p, int rank, const action& a)
 {
