@@ -9,7 +9,8 @@
 // token-sliced programs (PyTorch has no slices) and completes a lowered program the way
 // PyTorch's own lowering does — a WAIT_SEND for every send, and REDUCE_GRAD + WAIT_REDUCE_GRAD
 // after each stage's last gradient, where PyTorch scales the gradients by 1/M — so that it runs
-// there with the gradients PyTorch computes for its own schedules.
+// there with the gradients PyTorch computes for its own schedules. It refuses a lowered program
+// whose receives from a peer are not posted in that peer's send order (PyTorch would swap them).
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -181,6 +182,34 @@ inline program complete_for_pytorch(const program& p)
 }
 } // namespace detail
 
+namespace detail {
+//! Empty when every rank posts the receives from each peer in the order that peer sends them
+//! (PyTorch matches the messages between two ranks in posting order); else the first receive
+//! out of that order, as a sentence.
+inline std::string receive_order_problem(const program& p)
+{
+    for (int r = 0; r < p.ranks; ++r)
+        for (int q = 0; q < p.ranks; ++q) {
+            if (q == r) continue;
+            std::vector<action> sends, recvs;  // q -> r, as the receives that match them
+            for (const auto& a : p.actions[q])
+                if ((a.kind == op::SEND_F && a.stage + 1 < p.stages() && p.stage_rank[a.stage + 1] == r) ||
+                    (a.kind == op::SEND_B && a.stage > 0 && p.stage_rank[a.stage - 1] == r))
+                    sends.push_back(a.kind == op::SEND_F ? action{a.stage + 1, op::RECV_F, a.microbatch, a.slice}
+                                                         : action{a.stage - 1, op::RECV_B, a.microbatch, a.slice});
+            for (const auto& a : p.actions[r])
+                if ((a.kind == op::RECV_F && a.stage > 0 && p.stage_rank[a.stage - 1] == q) ||
+                    (a.kind == op::RECV_B && a.stage + 1 < p.stages() && p.stage_rank[a.stage + 1] == q))
+                    recvs.push_back(a);
+            for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k)
+                if (sends[k] != recvs[k])
+                    return "rank " + std::to_string(r) + " posts '" + to_string(recvs[k]) + "' where rank " +
+                           std::to_string(q) + "'s next message to it fills '" + to_string(sends[k]) + "'";
+        }
+    return {};
+}
+} // namespace detail
+
 //! PyTorch 2.15's dialect (CRLF line ends, as its csv.writer writes them). A lowered program is
 //! completed with the WAIT_SEND and REDUCE_GRAD actions PyTorch requires (see above); a
 //! compute-only one is written as it is, for PyTorch's `_load_csv(format="compute_only")`.
@@ -194,6 +223,11 @@ inline std::string to_pytorch_csv(const program& p)
             return std::to_string(m) + " has " + std::to_string(p.units.slices(m));
         }() + "), which PyTorch's pipelining cannot express; export a program over whole microbatches "
               "(slices = 1), or keep tpipe's dialect (to_csv)");
+    if (p.lowered())
+        if (const std::string why = detail::receive_order_problem(p); !why.empty())
+            throw invalid_argument("to_pytorch_csv: " + why + "; PyTorch matches the messages between two ranks in "
+                                   "the order they are posted, so the payloads would be swapped. Post each rank's "
+                                   "receives from a peer in that peer's send order (tpipe::lower does)");
     const program full = p.lowered() ? detail::complete_for_pytorch(p) : p;
     std::string out;
     for (const auto& row : full.actions) detail::write_row(out, row, "\r\n");
