@@ -20,6 +20,7 @@
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/lower.hpp"
+#include "tpipe/schedule/over_tokens.hpp"
 #include "tpipe/schedule/validate.hpp"
 #include "tpipe/sim/chrome_trace.hpp"
 #include "tpipe/sim/simulate.hpp"

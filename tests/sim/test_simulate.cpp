@@ -132,3 +132,69 @@ TEST_CASE("simulating an invalid program throws its reason", "[sim]")
     std::swap(p.actions[1][0], p.actions[1][1]);
     CHECK_THROWS_AS(simulate(p, uniform_costs{}), invalid_program);
 }
+
+TEST_CASE("the text timeline shows every action, with its stage where a rank holds several", "[sim][export][text]")
+{
+    // Interleaved on 4 ranks, V = 2, 8 microbatches: wider than 150 columns, so it wraps instead
+    // of merging cells; every compute's label appears once, stage included.
+    const auto prog = interleaved_1f1b{2}.program(topology{4}, microbatches(8));
+    const auto sim = simulate(prog, uniform_costs{0.5, 0.5, 0.5, 0, 0});
+    const auto text = text_timeline(sim.events, sim.ranks);
+    std::size_t longest = 0;
+    for (std::size_t pos = 0, eol; (eol = text.find('\n', pos)) != std::string::npos; pos = eol + 1)
+        longest = std::max(longest, eol - pos);
+    CHECK(longest <= 150);
+    CHECK(text.rfind("t = 0\n", 0) == 0);
+    for (const auto& row : prog.actions)
+        for (const auto& a : row) {
+            std::string l = " ";
+            l += to_string(a);
+            l += ' ';
+            INFO(l);
+            CHECK(text.find(l) != std::string::npos);
+            CHECK(text.find(l, text.find(l) + 1) == std::string::npos);  // exactly once
+        }
+    // Unequal costs: a short W after a long I still gets its own cell.
+    const auto z = simulate(zb_h1{}.program(topology{2}, microbatches(2)), uniform_costs{2, 3, 1, 0, 0});
+    const auto zt = text_timeline(z.events, z.ranks, 1000);
+    for (const char* l : {"F0 ", "F1 ", "I0 ", "I1 ", "W0 ", "W1 "}) CHECK(zt.find(l, zt.find("rank 1")) != std::string::npos);
+}
+
+TEST_CASE("simulated makespan equals the closed form for looped BFS: (MV+P-1)(F+B) for M >= P", "[sim][closed-form]")
+{
+    for (const auto& c : cost_cases)
+        for (int V = 1; V <= 4; ++V)
+            for (int P = 1; P <= 8; ++P)
+                for (int M = P; M <= 24; ++M) {
+                    const auto sim = simulate(looped_bfs{V}.program(topology{P}, microbatches(M)),
+                                              uniform_costs{c.f, c.b, c.w, 0, 0});
+                    INFO("P=" << P << " M=" << M << " V=" << V << " f=" << c.f << " b=" << c.b);
+                    REQUIRE(sim.makespan == Approx((M * V + P - 1) * (c.f + c.b + c.w)));
+                }
+}
+
+TEST_CASE("ZB-V in the paper's order: makespan 2M(F+I+W) + (P-1)F at F = I = W, for M >= 2P", "[sim][closed-form][zb-v]")
+{
+    // Zero bubble on every rank's own span; only the staggered start of (P-1) forwards remains.
+    for (double t : {1.0, 0.5, 2.0})
+        for (int P = 1; P <= 8; ++P)
+            for (int M = 2 * P; M <= 32; ++M) {
+                const auto sim = simulate(zb_v{zb_v::order::paper}.program(topology{P}, microbatches(M)),
+                                          uniform_costs{t, t, t, 0, 0});
+                INFO("P=" << P << " M=" << M << " t=" << t);
+                REQUIRE(sim.makespan == Approx(2 * M * 3 * t + (P - 1) * t));
+            }
+}
+
+TEST_CASE("interleaved zero-bubble fills interleaved 1F1B's bubble with W's", "[sim][zb]")
+{
+    for (int V = 1; V <= 3; ++V)
+        for (int P = 2; P <= 8; ++P)
+            for (int M : {P, 2 * P, 4 * P}) {
+                const auto c = uniform_costs{1, 1, 1, 0, 0};
+                const auto zb = simulate(interleaved_zb{V}.program(topology{P}, microbatches(M)), c);
+                const auto il = simulate(interleaved_1f1b{V}.program(topology{P}, microbatches(M)), c);
+                INFO("P=" << P << " M=" << M << " V=" << V);
+                CHECK(zb.makespan < il.makespan);
+            }
+}

@@ -18,8 +18,9 @@ int compare_command(args& a)
     if (a.flag("--help")) {
         std::cout << "usage: tpipe-plan compare [--stages P] [--microbatches M] [--slices S] [--f X --b Y --w Z]\n"
                      "                          [--comm C] [--svg-dir DIR]\n\n"
-                     "Simulates every schedule (interleaved with V = 2; terapipe-* with S token slices, default 4)\n"
-                     "on P ranks (default 4) and M microbatches (default 8) and prints their timelines. The costs\n"
+                     "Simulates every registered schedule (those taking V with V = 2; terapipe-* with S token\n"
+                     "slices, default 4) on P ranks (default 4) and M microbatches (default 8) and prints their\n"
+                     "timelines; a schedule that does not take the size is listed as skipped. The costs\n"
                      "are those of one rank's share of the model, so a rank holding V stages runs each at 1/V.\n";
         return 0;
     }
@@ -35,13 +36,15 @@ int compare_command(args& a)
         double makespan, bubble, peak;
     };
     std::vector<row> rows;
-    for (const auto& name : schedule_names()) {
+    for (const auto& name : schedule_names(true)) {
         auto o = base;
         o.schedule = name;
         o.slices = name.rfind("terapipe-", 0) == 0 ? token_slices : 1;
-        if (name == "interleaved" && o.microbatches % o.ranks != 0) {
-            std::cout << "== interleaved: skipped (M = " << o.microbatches << " is not a multiple of P = " << o.ranks
-                      << ")\n\n";
+        program prog;
+        try {
+            prog = build_program(o);
+        } catch (const invalid_argument& e) {  // a size this schedule does not take
+            std::cout << "== " << name << ": skipped (" << e.what() << ")\n\n";
             continue;
         }
         // The same model on every schedule: a rank holding V stages runs 1/V of its layers in each.
@@ -51,7 +54,7 @@ int compare_command(args& a)
         c.b /= per_rank;
         c.w /= per_rank;
         c.tokens_per_microbatch = o.slices;
-        const auto sim = simulate(build_program(o), c);
+        const auto sim = simulate(prog, c);
         // Activation memory in microbatches of a whole rank: a unit holds 1/(V*S) of one.
         double peak = 0;
         for (int p : sim.peak_activations) peak = std::max(peak, p / double(per_rank * o.slices));

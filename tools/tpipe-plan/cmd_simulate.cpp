@@ -1,7 +1,10 @@
-// tpipe-plan simulate: build a schedule's program, simulate it with uniform per-stage costs,
-// print its timeline and statistics (or JSON), and optionally write trace, SVG and CSV files.
+// tpipe-plan simulate: build a schedule's program (or read any program from CSV), simulate it
+// with uniform per-stage costs, print its timeline and statistics (or JSON), and optionally
+// write trace, SVG and CSV files.
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "command.hpp"
 #include "sim_options.hpp"
@@ -12,16 +15,25 @@
 #include "tpipe/sim/simulate.hpp"
 #include "tpipe/sim/svg.hpp"
 #include "tpipe/sim/text_timeline.hpp"
+#include "tpipe/schedule/validate.hpp"
 
 namespace tpipe::cli {
 namespace {
 
 const char* help = R"(usage: tpipe-plan simulate --schedule NAME --stages P --microbatches M [options]
+       tpipe-plan simulate --program FILE.csv [options]
 
-  --schedule NAME     gpipe, 1f1b, interleaved, zb-h1, zb-v, terapipe-gpipe, terapipe-1f1b
-  --stages P          pipeline ranks (interleaved places V stages per rank, zb-v two)
-  --microbatches M    microbatches per iteration (interleaved: a multiple of P)
-  --virtual V         stages per rank for interleaved (default 2)
+  --program FILE      simulate a program read from CSV instead (PyTorch's dialect or tpipe's,
+                      compute-only or lowered, e.g. written by PyTorch's _dump_csv); it says
+                      ranks, stages and microbatches itself
+
+  --schedule NAME     a registered schedule (listed below); PyTorch's class names work too
+                      (Schedule1F1B, ScheduleInterleaved1F1B, ScheduleZBVZeroBubble, ...)
+  --stages P          pipeline ranks (interleaved, looped-bfs, interleaved-zb place V stages
+                      per rank; zb-v and dualpipe-v two)
+  --microbatches M    microbatches per iteration (interleaved*: max(1, M/P) rounds must divide M;
+                      dualpipe-v: M >= 2P)
+  --virtual V         stages per rank for the schedules that take V (default 2)
   --slices S          token slices per microbatch (required by terapipe-*; any schedule accepts it)
   --f X --b Y --w Z   per-stage time of a microbatch's forward, input-gradient and weight-gradient
                       backward (default 1 each); unsplit schedules run B = b + w; a token slice
@@ -30,30 +42,67 @@ const char* help = R"(usage: tpipe-plan simulate --schedule NAME --stages P --mi
   --json              print one JSON object instead of the timeline
   --trace FILE        write a Perfetto/Chrome trace (open at ui.perfetto.dev)
   --svg FILE          write an SVG picture of the timeline
-  --csv FILE          write the program as CSV (PyTorch's format); add --lowered for sends/receives
+  --csv FILE          write the program as CSV (tpipe's dialect); add --lowered for sends/receives
+  --pytorch           with --csv: write PyTorch 2.15's dialect (CRLF; a lowered program gets the
+                      WAIT_SEND and REDUCE_GRAD actions PyTorch needs); refused for token slices
 )";
+
+program read_program_file(const std::string& path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw invalid_argument("--program: cannot open '" + path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+        return from_csv(text.str());
+    } catch (const parse_error& e) {
+        throw parse_error(path + ": " + e.what());
+    }
+}
 
 int simulate_command(args& a)
 {
     if (a.flag("--help")) {
-        std::cout << help;
+        std::cout << help << "\nschedules: " << schedule_list() << "\n";
         return 0;
     }
-    const auto opts = read_pipeline(a);
+    const auto file = a.value("--program");
+    pipeline_options opts;
+    program prog;
+    if (file) {
+        for (const char* f : {"--schedule", "--stages", "--microbatches", "--virtual", "--slices"})
+            if (a.value(f))
+                throw invalid_argument(std::string(f) + " does not apply with --program: the program file says "
+                                                        "its ranks, stages and microbatches");
+        prog = read_program_file(*file);
+        validate(prog);
+        opts.schedule = *file;
+        opts.ranks = prog.ranks;
+        opts.microbatches = prog.units.microbatches();
+        for (int m = 0; m < opts.microbatches; ++m) opts.slices = std::max(opts.slices, prog.units.slices(m));
+    } else {
+        opts = read_pipeline(a);
+    }
     const auto costs = read_costs(a, opts);
-    const bool as_json = a.flag("--json"), lowered = a.flag("--lowered");
+    const bool as_json = a.flag("--json"), lowered = a.flag("--lowered"), pytorch = a.flag("--pytorch");
     const auto trace = a.value("--trace"), svg = a.value("--svg"), csv = a.value("--csv");
     a.finish();
-    if (lowered && !csv) throw invalid_argument("--lowered only changes what --csv writes; give --csv FILE too");
+    if ((lowered || pytorch) && !csv)
+        throw invalid_argument(std::string(lowered ? "--lowered" : "--pytorch") +
+                               " only changes what --csv writes; give --csv FILE too");
+    if (lowered && prog.lowered()) throw invalid_argument("--lowered: the program is lowered already");
 
-    const program prog = build_program(opts);
+    if (!file) prog = build_program(opts);
     const simulation sim = simulate(prog, costs);
     const std::string title = opts.schedule + ", P=" + std::to_string(opts.ranks) + ", M=" +
                               std::to_string(opts.microbatches) +
                               (opts.slices > 1 ? ", S=" + std::to_string(opts.slices) : std::string());
     if (trace) write_file(*trace, chrome_trace(sim.events, sim.ranks, title));
     if (svg) write_file(*svg, svg_timeline(sim.events, sim.ranks, title));
-    if (csv) write_file(*csv, to_csv(lowered ? lower(prog) : prog));
+    if (csv) {
+        const program& out = lowered ? lower(prog) : prog;
+        write_file(*csv, pytorch ? to_pytorch_csv(out) : to_csv(out));
+    }
 
     if (as_json) {
         json::array busy, peak;
@@ -81,7 +130,8 @@ int simulate_command(args& a)
     return 0;
 }
 
-registrar reg{"simulate", "simulate a schedule and show its timeline, bubble and memory", simulate_command};
+registrar reg{"simulate", "simulate a schedule or a program file and show its timeline, bubble and memory",
+              simulate_command};
 
 } // namespace
 } // namespace tpipe::cli

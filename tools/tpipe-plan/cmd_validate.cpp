@@ -16,8 +16,10 @@ int validate_command(args& a)
 {
     if (a.flag("--help")) {
         std::cout << "usage: tpipe-plan validate FILE.csv [--json]\n\n"
-                     "Reads a program (one row per rank, comma-separated actions such as 2F0, 1SEND_F1, 0I3.2)\n"
-                     "and checks it. Exit status 0: valid; 1: invalid or unreadable (the reason is printed).\n";
+                     "Reads a program in PyTorch's CSV dialect or tpipe's (one row per rank, comma-separated\n"
+                     "actions such as 2F0, 1SEND_F1, 1WAIT_SEND_F1, 0REDUCE_GRAD, (0F3;3B1)OVERLAP_F_B, 0I3.2)\n"
+                     "and checks it. Exit status 0: valid; 1: invalid or unreadable (the reason is printed).\n"
+                     "For its timeline and makespan: tpipe-plan simulate --program FILE.csv.\n";
         return 0;
     }
     const bool as_json = a.flag("--json");

@@ -18,16 +18,31 @@ struct pipeline_options {
     int slices = 1;
 };
 
+//! Every registered schedule name, comma-separated (for help and errors).
+inline std::string schedule_list()
+{
+    std::string out;
+    for (const auto& n : schedule_names(true)) out += (out.empty() ? "" : ", ") + n;
+    return out;
+}
+
+//! The registered schedules that take --virtual V.
+inline std::string virtual_schedule_list()
+{
+    std::string out;
+    for (const auto& n : schedule_names(true))
+        if (schedule_registry::global().at(n).takes_virtual_stages) out += (out.empty() ? "" : ", ") + n;
+    return out;
+}
+
 //! Reads --schedule --stages --microbatches --virtual --slices, refusing values a schedule cannot use.
 inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
 {
     pipeline_options o;
     if (need_schedule) {
         auto s = a.value("--schedule");
-        if (!s) throw invalid_argument("missing --schedule NAME (one of gpipe, 1f1b, interleaved, zb-h1, zb-v, "
-                                       "terapipe-gpipe, terapipe-1f1b)");
-        o.schedule = *s;
-        make_schedule(o.schedule);  // refuses an unknown name with the list of known ones
+        if (!s) throw invalid_argument("missing --schedule NAME (one of " + schedule_list() + ")");
+        o.schedule = canonical_schedule_name(*s);  // refuses an unknown name with the list of known ones
     }
     o.ranks = a.number<int>("--stages", o.ranks);
     o.microbatches = a.number<int>("--microbatches", o.microbatches);
@@ -37,9 +52,10 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
     if (o.microbatches < 1)
         throw invalid_argument("--microbatches must be >= 1, got " + std::to_string(o.microbatches));
     if (virt) {
-        if (need_schedule && o.schedule != "interleaved")
-            throw invalid_argument("--virtual applies to the interleaved schedule only (" + o.schedule +
-                                   " places " + std::to_string(stages_per_rank(o.schedule)) + " stage(s) per rank)");
+        if (need_schedule && !schedule_registry::global().at(o.schedule).takes_virtual_stages)
+            throw invalid_argument("--virtual applies to the schedules that take V (" + virtual_schedule_list() +
+                                   "); " + o.schedule + " places " + std::to_string(stages_per_rank(o.schedule)) +
+                                   " stage(s) per rank");
         o.virtual_stages = args::parse<int>("--virtual", *virt);
         if (o.virtual_stages < 1)
             throw invalid_argument("--virtual must be >= 1, got " + std::to_string(o.virtual_stages));

@@ -16,7 +16,7 @@ struct gpipe {
             for (int m = 0; m < M; ++m) order[r].push_back({r, op::F, m, 0});
             for (int m = 0; m < M; ++m) order[r].push_back({r, op::B, m, 0});
         }
-        return expand_slices(t.ranks, detail::loop_placement(t.ranks, t.ranks), units, order);
+        return expand_slices(t.ranks, loop_placement(t.ranks, t.ranks), units, order);
     }
 };
 

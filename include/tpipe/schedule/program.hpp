@@ -1,6 +1,7 @@
 #pragma once
 // A program says which rank runs which action when: per rank, an ordered list of actions.
-// Compute-only programs hold F/B/I/W; lowered programs also hold the sends and receives.
+// Compute-only programs hold computes (F/B/I/W, and maybe PyTorch's stage-level kinds such as
+// REDUCE_GRAD); lowered programs also hold the sends and receives.
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ struct program {
                 if (is_comm(a.kind)) return true;
         return false;
     }
+    //! True when some microbatch is cut into several token slices (PyTorch cannot express that).
+    constexpr bool sliced() const
+    {
+        for (int m = 0; m < units.microbatches(); ++m)
+            if (units.slices(m) > 1) return true;
+        return false;
+    }
     constexpr std::size_t size() const
     {
         std::size_t n = 0;
@@ -42,6 +50,7 @@ constexpr void check_topology(const topology& t)
 {
     if (t.ranks < 1) refuse("a pipeline needs at least 1 rank, got " + std::to_string(t.ranks));
 }
+} // namespace detail
 
 //! Loop placement: stage s on rank s mod P (interleaved schedules).
 constexpr std::vector<int> loop_placement(int ranks, int stages)
@@ -58,6 +67,5 @@ constexpr std::vector<int> v_placement(int ranks)
     for (int s = 0; s < 2 * ranks; ++s) p[s] = s < ranks ? s : 2 * ranks - 1 - s;
     return p;
 }
-} // namespace detail
 
 } // namespace tpipe

@@ -1,7 +1,10 @@
 #pragma once
 // Replays a program in order on every rank, the way a runtime would run it: a rank executes its
-// actions one after another; a compute waits for its inputs; a send never blocks (eager,
-// buffered); a receive blocks until the matching send was issued. The same walk checks the
+// actions one after another; a compute waits for its inputs; a send never blocks (eager: the
+// transfer starts when the SEND is issued); a RECV only *posts* the receive and never blocks: the
+// compute that consumes the payload waits for it to arrive (PyTorch's irecv-then-wait). A
+// WAIT_SEND blocks until its send has arrived; UNSHARD and REDUCE_GRAD start asynchronous work
+// that the stage's computes (UNSHARD) or WAIT_REDUCE_GRAD wait for. The same walk checks the
 // dependency rules (validation, with zero durations) and computes a timeline (simulation, with
 // a cost model). Everything is constexpr so that programs can be validated in a static_assert.
 #include <string>
@@ -23,6 +26,7 @@ enum class problem : unsigned char {
     deadlock,        //!< every unfinished rank waits for another
     missing_work,    //!< a unit is never run forward/backward on some stage
     unmatched_send,  //!< a send that no one receives
+    bad_group,       //!< an OVERLAP_F_B header not followed by its computes
 };
 
 //! Where a rank is stuck: the action it is at and the one it waits for (on another rank).
@@ -74,14 +78,29 @@ public:
         sent_b_.assign(n, -1);
         got_f_.assign(n, -1);
         got_b_.assign(n, -1);
+        waited_f_.assign(n, false);
+        waited_b_.assign(n, false);
         clock_.assign(R, 0);
         live_.assign(R, 0);
+        grads_.assign(S, 0);
+        last_grad_.assign(S, 0);
+        gathered_.assign(S, -1);
+        reduced_.assign(S, -1);
+        reduce_waited_.assign(S, false);
+        fsdp_.assign(S, false);
+        for (const auto& row : p_.actions)
+            for (const auto& a : row)
+                if (a.kind == op::UNSHARD) fsdp_[a.stage] = true;
         std::vector<std::size_t> pc(R, 0);
 
+        // Passes alternate between ranks ascending and descending: forward data flows down the
+        // ranks and gradients up, so each direction clears its chain in one pass (one direction
+        // only would take a pass per hop, and blow constexpr step limits on large programs).
         bool progress = true;
-        while (progress) {
+        for (bool down = true; progress; down = !down) {
             progress = false;
-            for (int r = 0; r < R; ++r) {
+            for (int i = 0; i < R; ++i) {
+                const int r = down ? i : R - 1 - i;
                 const auto& row = p_.actions[r];
                 while (pc[r] < row.size()) {
                     verdict v = step(r, static_cast<int>(pc[r]), row[pc[r]]);
@@ -125,14 +144,26 @@ private:
             return fail(problem::bad_shape, -1, -1, {});
         for (int rk : p_.stage_rank)
             if (rk < 0 || rk >= p_.ranks) return fail(problem::bad_shape, rk, -1, {});
+        for (int r = 0; r < p_.ranks; ++r) {  // a group header is followed by the computes it groups
+            const auto& row = p_.actions[r];
+            for (std::size_t i = 0; i < row.size(); ++i) {
+                if (row[i].kind != op::OVERLAP_F_B) continue;
+                const int n = row[i].microbatch;
+                bool ok = n >= 2 && i + static_cast<std::size_t>(n) < row.size();
+                for (int k = 1; ok && k <= n; ++k) ok = is_compute(row[i + k].kind);
+                if (!ok) return fail(problem::bad_group, r, static_cast<int>(i), row[i]);
+            }
+        }
         return {};
     }
 
     constexpr verdict step(int r, int i, const action& a)
     {
+        if (a.kind == op::OVERLAP_F_B) return {};  // its computes follow and run in order
         const int S = p_.stages();
         if (a.stage < 0 || a.stage >= S) return fail(problem::bad_stage, r, i, a);
         if (p_.stage_rank[a.stage] != r) return fail(problem::wrong_rank, r, i, a);
+        if (is_stage_level(a.kind)) return stage_step(r, i, a);
         if (!p_.units.contains(a.microbatch, a.slice)) return fail(problem::bad_unit, r, i, a);
         const int s = a.stage, mb = a.microbatch, sl = a.slice;
         const int u = p_.units.index(mb, sl);
@@ -141,6 +172,10 @@ private:
         auto local = [&](double t) { return t >= 0; };
         double ready = clock_[r];
         auto after = [&](double t) { ready = ready < t ? t : ready; };
+        if (is_compute(a.kind) && fsdp_[s]) {  // an FSDP stage computes only while gathered
+            if (!local(gathered_[s])) return fail(problem::out_of_order, r, i, a, action{s, op::UNSHARD, 0, 0});
+            after(gathered_[s]);
+        }
 
         switch (a.kind) {
         case op::F: {
@@ -150,7 +185,7 @@ private:
                 after(f_[key(s, u - 1)]);
             }
             if (s > 0) {
-                if (auto v = input(r, i, a, s - 1, u, op::F, op::RECV_F, f_, got_f_, ready); !v.ok()) return v;
+                if (auto v = input(r, i, a, s - 1, u, op::F, op::RECV_F, f_, got_f_, sent_f_, ready); !v.ok()) return v;
             }
             const double start = ready, end = start + t_.compute(a, un);
             f_[k] = end;
@@ -170,14 +205,17 @@ private:
                 after(bi_[key(s, u + 1)]);
             }
             if (s + 1 < S) {
-                if (auto v = input(r, i, a, s + 1, u, a.kind, op::RECV_B, bi_, got_b_, ready); !v.ok()) return v;
+                if (auto v = input(r, i, a, s + 1, u, a.kind, op::RECV_B, bi_, got_b_, sent_b_, ready); !v.ok()) return v;
             }
             const double start = ready, end = start + t_.compute(a, un);
             bi_[k] = end;
             split_[k] = a.kind == op::I;
             clock_[r] = end;
             t_.record(r, a, start, end);
-            if (a.kind == op::B) t_.live(r, --live_[r]);
+            if (a.kind == op::B) {
+                t_.live(r, --live_[r]);
+                gradient_done(s, end);
+            }
             return {};
         }
         case op::W: {
@@ -189,62 +227,135 @@ private:
             clock_[r] = end;
             t_.record(r, a, start, end);
             t_.live(r, --live_[r]);
+            gradient_done(s, end);
             return {};
         }
         case op::SEND_F:
         case op::SEND_B: {
             const bool fwd = a.kind == op::SEND_F;
-            const int peer = fwd ? s + 1 : s - 1;
-            if (peer < 0 || peer >= S || p_.stage_rank[peer] == r) return fail(problem::bad_comm, r, i, a);
+            if (!adjacent_remote(r, s, fwd ? s + 1 : s - 1)) return fail(problem::bad_comm, r, i, a);
             auto& sent = fwd ? sent_f_ : sent_b_;
             if (sent[k] >= 0) return fail(problem::duplicate, r, i, a);
             const double produced = fwd ? f_[k] : bi_[k];
             if (!local(produced))
                 return fail(problem::out_of_order, r, i, a, action{s, fwd ? op::F : op::B, mb, sl});
             after(produced);
-            sent[k] = ready + t_.transfer(a, s, peer, un);
+            sent[k] = ready + t_.transfer(a, s, fwd ? s + 1 : s - 1, un);
             t_.record(r, a, ready, sent[k]);
+            return {};
+        }
+        case op::WAIT_SEND_F:
+        case op::WAIT_SEND_B: {
+            const bool fwd = a.kind == op::WAIT_SEND_F;
+            if (!adjacent_remote(r, s, fwd ? s + 1 : s - 1)) return fail(problem::bad_comm, r, i, a);
+            auto& waited = fwd ? waited_f_ : waited_b_;
+            if (waited[k]) return fail(problem::duplicate, r, i, a);
+            const double arrival = (fwd ? sent_f_ : sent_b_)[k];
+            if (!local(arrival)) return fail(problem::out_of_order, r, i, a, action{s, fwd ? op::SEND_F : op::SEND_B, mb, sl});
+            after(arrival);
+            waited[k] = true;
+            t_.record(r, a, clock_[r], ready);
+            clock_[r] = ready;  // a wait blocks its rank until the send has arrived
             return {};
         }
         case op::RECV_F:
         case op::RECV_B: {
             const bool fwd = a.kind == op::RECV_F;
-            const int peer = fwd ? s - 1 : s + 1;
-            if (peer < 0 || peer >= S || p_.stage_rank[peer] == r) return fail(problem::bad_comm, r, i, a);
+            if (!adjacent_remote(r, s, fwd ? s - 1 : s + 1)) return fail(problem::bad_comm, r, i, a);
             auto& got = fwd ? got_f_ : got_b_;
             if (got[k] >= 0) return fail(problem::duplicate, r, i, a);
-            const double arrival = (fwd ? sent_f_ : sent_b_)[key(peer, u)];
-            const action partner{peer, fwd ? op::SEND_F : op::SEND_B, mb, sl};
-            if (arrival < 0) return blocked(partner, p_.stage_rank[peer]);
-            after(arrival);
-            got[k] = ready;
-            clock_[r] = ready;  // a receive blocks its rank until the data is there
+            got[k] = clock_[r];  // posted; the consuming compute waits for the payload
             return {};
         }
+        default: break;
         }
         return fail(problem::bad_stage, r, i, a);
     }
 
+    //! UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD: state of a whole stage.
+    constexpr verdict stage_step(int r, int i, const action& a)
+    {
+        const int s = a.stage;
+        const unit un = p_.units.at(0);
+        const double now = clock_[r];
+        switch (a.kind) {
+        case op::UNSHARD:
+            if (gathered_[s] >= 0) return fail(problem::duplicate, r, i, a);  // already gathered
+            gathered_[s] = now + t_.compute(a, un);
+            t_.record(r, a, now, gathered_[s]);
+            return {};
+        case op::RESHARD:
+            if (gathered_[s] < 0) return fail(problem::out_of_order, r, i, a, action{s, op::UNSHARD, 0, 0});
+            gathered_[s] = -1;
+            t_.record(r, a, now, now + t_.compute(a, un));
+            return {};
+        case op::REDUCE_GRAD: {
+            if (reduced_[s] >= 0) return fail(problem::duplicate, r, i, a);
+            if (grads_[s] < p_.units.units()) return fail(problem::out_of_order, r, i, a, missing_gradient(s));
+            const double start = now < last_grad_[s] ? last_grad_[s] : now;
+            reduced_[s] = start + t_.compute(a, un);
+            t_.record(r, a, start, reduced_[s]);
+            return {};
+        }
+        case op::WAIT_REDUCE_GRAD: {
+            if (reduce_waited_[s]) return fail(problem::duplicate, r, i, a);
+            if (reduced_[s] < 0) return fail(problem::out_of_order, r, i, a, action{s, op::REDUCE_GRAD, 0, 0});
+            reduce_waited_[s] = true;
+            const double end = now < reduced_[s] ? reduced_[s] : now;
+            t_.record(r, a, now, end);
+            clock_[r] = end;
+            return {};
+        }
+        default: return fail(problem::bad_stage, r, i, a);
+        }
+    }
+
+    constexpr bool adjacent_remote(int r, int s, int peer) const
+    {
+        return peer >= 0 && peer < p_.stages() && p_.stage_rank[peer] != r && p_.stage_rank[s] == r;
+    }
+
+    //! A unit's weight gradient on stage s is complete (its B, or its W).
+    constexpr void gradient_done(int s, double end)
+    {
+        ++grads_[s];
+        if (last_grad_[s] < end) last_grad_[s] = end;
+    }
+    //! The first unit of stage s whose weight gradient is not complete.
+    constexpr action missing_gradient(int s) const
+    {
+        for (int u = 0; u < p_.units.units(); ++u) {
+            const unit un = p_.units.at(u);
+            const std::size_t k = key(s, u);
+            if (bi_[k] < 0) return action{s, op::B, un.microbatch, un.slice};
+            if (split_[k] && w_[k] < 0) return action{s, op::W, un.microbatch, un.slice};
+        }
+        return action{s, op::B, 0, 0};
+    }
+
     //! The input of a compute on stage s that comes from stage `from`: same rank (must be done),
-    //! another rank through a receive (lowered) or directly (compute-only: the rank waits on it).
-    //! Raises `ready` to the time the input is available.
+    //! another rank through a posted receive whose payload it waits for (lowered), or directly
+    //! (compute-only: the rank waits on the producer). Raises `ready` to when the input is there.
     constexpr verdict input(int r, int i, const action& a, int from, int u, op from_kind, op recv_kind,
-                            const std::vector<double>& done, const std::vector<double>& got, double& ready)
+                            const std::vector<double>& done, const std::vector<double>& posted,
+                            const std::vector<double>& sent, double& ready)
     {
         const int s = a.stage;
         const int from_rank = p_.stage_rank[from];
+        const op send_kind = from_kind == op::F ? op::SEND_F : op::SEND_B;
         double available = 0;
         if (from_rank == r) {
             if (done[key(from, u)] < 0)
                 return fail(problem::out_of_order, r, i, a, action{from, from_kind, a.microbatch, a.slice});
             available = done[key(from, u)];
         } else if (comm_) {
-            if (got[key(s, u)] < 0)
+            if (posted[key(s, u)] < 0)
                 return fail(problem::out_of_order, r, i, a, action{s, recv_kind, a.microbatch, a.slice});
-            available = got[key(s, u)];
+            if (sent[key(from, u)] < 0) return blocked(action{from, send_kind, a.microbatch, a.slice}, from_rank);
+            available = sent[key(from, u)];
         } else {
             if (done[key(from, u)] < 0) return blocked(action{from, from_kind, a.microbatch, a.slice}, from_rank);
-            const action send{from, from_kind == op::F ? op::SEND_F : op::SEND_B, a.microbatch, a.slice};
+            const action send{from, send_kind, a.microbatch, a.slice};
             available = done[key(from, u)] + t_.transfer(send, from, s, p_.units.at(a.microbatch, a.slice));
         }
         if (ready < available) ready = available;
@@ -276,9 +387,15 @@ private:
     const program& p_;
     Timing& t_;
     bool comm_ = false;
+    // Per (stage, unit): when each compute ended, when each send arrives, when each receive was posted.
     std::vector<double> f_, bi_, w_, sent_f_, sent_b_, got_f_, got_b_, clock_;
-    std::vector<bool> split_;
+    std::vector<bool> split_, waited_f_, waited_b_;
     std::vector<int> live_;
+    // Per stage: weight gradients complete (count, last end), parameters gathered since (-1: not
+    // gathered), gradient reduction done at (-1: not started), whether the stage uses FSDP.
+    std::vector<int> grads_;
+    std::vector<double> last_grad_, gathered_, reduced_;
+    std::vector<bool> reduce_waited_, fsdp_;
 };
 
 } // namespace detail

@@ -32,7 +32,17 @@ constexpr program expand_slices(int ranks, std::vector<int> stage_rank, const sc
     p.units = units;
     p.actions.assign(ranks, {});
     for (int r = 0; r < ranks; ++r)
-        for (const action& a : order[r]) {
+        for (std::size_t i = 0; i < order[r].size(); ++i) {
+            const action& a = order[r][i];
+            if (a.kind == op::OVERLAP_F_B) {  // the group now holds every slice of its actions
+                int n = 0;
+                for (int k = 1; k <= a.microbatch && i + k < order[r].size(); ++k) {
+                    const int m = order[r][i + k].microbatch;
+                    n += m >= 0 && m < units.microbatches() ? units.slices(m) : 1;  // a bad one is refused below
+                }
+                p.actions[r].push_back(overlap_header(n));
+                continue;
+            }
             if (a.microbatch < 0 || a.microbatch >= units.microbatches())
                 throw invalid_argument("schedule order names microbatch " + std::to_string(a.microbatch) +
                                        " but the scheme has " + std::to_string(units.microbatches()));

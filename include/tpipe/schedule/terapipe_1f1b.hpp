@@ -23,7 +23,7 @@ struct terapipe_1f1b {
 
         tpipe::program p;
         p.ranks = P;
-        p.stage_rank = detail::loop_placement(P, P);
+        p.stage_rank = loop_placement(P, P);
         p.units = units;
         p.actions.assign(P, {});
         for (int r = 0; r < P; ++r) {

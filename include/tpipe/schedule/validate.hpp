@@ -1,7 +1,9 @@
 #pragma once
 // Validation: a program obeys the dependency rules (F before its B; B/I of stage s after B/I of
-// stage s+1; W after I; token order; every unit exactly once per stage; sends match receives)
-// and cannot deadlock. A refusal names the rank, the action and what it waits for.
+// stage s+1; W after I; token order; every unit exactly once per stage; a compute after the
+// receive it consumes is posted; sends match receives; WAIT_SEND after its SEND; REDUCE_GRAD
+// after the stage's last gradient; an FSDP stage computes between UNSHARD and RESHARD) and
+// cannot deadlock. A refusal names the rank, the action and what it waits for.
 #include <algorithm>
 #include <string>
 
@@ -11,6 +13,44 @@ namespace tpipe {
 
 //! True when the program passes every check; usable in static_assert.
 constexpr bool valid(const program& p) { return check(p).ok(); }
+
+namespace rule_broken {
+// Deliberately not constexpr: reaching one in a constant expression stops compilation, and the
+// compiler's message names it ("call to non-'constexpr' function ...::a_rank_deadlocks()").
+inline void the_shape_is_inconsistent() {}
+inline void an_action_names_a_stage_that_does_not_exist() {}
+inline void an_action_runs_on_a_rank_that_does_not_own_its_stage() {}
+inline void an_action_names_a_unit_outside_the_scheme() {}
+inline void an_action_runs_twice() {}
+inline void an_action_comes_before_what_it_needs_on_its_rank() {}
+inline void a_send_or_receive_does_not_connect_adjacent_stages_on_different_ranks() {}
+inline void the_ranks_deadlock() {}
+inline void a_unit_never_runs_forward_and_backward_on_some_stage() {}
+inline void a_send_has_no_matching_receive() {}
+inline void an_overlap_group_is_not_followed_by_its_computes() {}
+} // namespace rule_broken
+
+//! `static_assert(tpipe::must_be_valid(p))`: true for a valid program; for an invalid one the
+//! compilation fails with a message naming the broken rule. (A compile-time message cannot
+//! carry the rank and action; `validate(p)` at run time says those.)
+constexpr bool must_be_valid(const program& p)
+{
+    switch (check(p).what) {
+    case problem::none: return true;
+    case problem::bad_shape: rule_broken::the_shape_is_inconsistent(); break;
+    case problem::bad_stage: rule_broken::an_action_names_a_stage_that_does_not_exist(); break;
+    case problem::wrong_rank: rule_broken::an_action_runs_on_a_rank_that_does_not_own_its_stage(); break;
+    case problem::bad_unit: rule_broken::an_action_names_a_unit_outside_the_scheme(); break;
+    case problem::duplicate: rule_broken::an_action_runs_twice(); break;
+    case problem::out_of_order: rule_broken::an_action_comes_before_what_it_needs_on_its_rank(); break;
+    case problem::bad_comm: rule_broken::a_send_or_receive_does_not_connect_adjacent_stages_on_different_ranks(); break;
+    case problem::deadlock: rule_broken::the_ranks_deadlock(); break;
+    case problem::missing_work: rule_broken::a_unit_never_runs_forward_and_backward_on_some_stage(); break;
+    case problem::unmatched_send: rule_broken::a_send_has_no_matching_receive(); break;
+    case problem::bad_group: rule_broken::an_overlap_group_is_not_followed_by_its_computes(); break;
+    }
+    return false;
+}
 
 namespace detail {
 inline bool has_action(const program& p, int rank, const action& a)
@@ -47,6 +87,10 @@ inline std::string explain(const program& p, const verdict& v)
                " is not a unit of this iteration (" + std::to_string(p.units.microbatches()) + " microbatches)";
     case problem::duplicate: return where() + ": this action already ran; each runs exactly once";
     case problem::out_of_order:
+        if (v.needs.kind == op::UNSHARD && v.at.kind != op::RESHARD)
+            return where() + ": stage " + std::to_string(v.at.stage) + " uses FSDP and its parameters are not "
+                   "gathered here; needs '" + to_string(v.needs) + "' earlier on rank " + std::to_string(v.rank) +
+                   " with no RESHARD in between";
         return where() + ": needs '" + to_string(v.needs) + "' first, which is not earlier on rank " +
                std::to_string(v.rank);
     case problem::bad_comm:
@@ -64,6 +108,9 @@ inline std::string explain(const program& p, const verdict& v)
     case problem::missing_work:
         return "rank " + std::to_string(v.rank) + " never runs '" + to_string(v.at) +
                "'; every unit must run forward and backward (B, or I and W) exactly once on every stage";
+    case problem::bad_group:
+        return where() + ": an OVERLAP_F_B header must be followed by the " + std::to_string(v.at.microbatch) +
+               " computes (F, B, I, W; at least two) it groups";
     case problem::unmatched_send:
         return "rank " + std::to_string(v.rank) + ": '" + to_string(v.at) + "' has no matching '" + to_string(v.needs) +
                "' on rank " + std::to_string(p.stage_rank[v.needs.stage]);

@@ -11,15 +11,20 @@
 namespace tpipe {
 
 struct zb_h1 {
+    //! Forwards beyond the minimum (P-1-r) that rank r runs before its first backward: more
+    //! activations alive, more slack for uneven stages or transfer latency.
+    int extra_warmup = 0;
+
     constexpr std::string_view name() const { return "zb-h1"; }
     constexpr tpipe::program program(const topology& t, const scheme& units) const
     {
         detail::check_topology(t);
+        if (extra_warmup < 0) detail::refuse("extra_warmup must be >= 0, got " + std::to_string(extra_warmup));
         const int P = t.ranks, M = units.microbatches();
         microbatch_order order(P);
         for (int r = 0; r < P; ++r) {
             auto& row = order[r];
-            const int warmup = std::min(P - 1 - r, M), lag = r;
+            const int warmup = std::min(P - 1 - r + extra_warmup, M), lag = r;
             int f = 0, i = 0, w = 0;
             for (; f < warmup; ++f) row.push_back({r, op::F, f, 0});
             for (; f < M; ++f) {
@@ -33,7 +38,7 @@ struct zb_h1 {
             }
             while (w < M) row.push_back({r, op::W, w++, 0});
         }
-        return expand_slices(P, detail::loop_placement(P, P), units, order);
+        return expand_slices(P, loop_placement(P, P), units, order);
     }
 };
 

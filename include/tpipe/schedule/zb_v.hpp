@@ -1,24 +1,109 @@
 #pragma once
 // ZB-V (zero-bubble V shape): 2P stages, rank r holds stages r and 2P-1-r, so a microbatch goes
-// down the ranks and comes back up, and the first and last stage share rank 0. The order is
-// built by list scheduling with unit costs (F = I = W): a free rank starts the action that can
-// start earliest, preferring input gradients, then forwards of the second chunk, then of the
-// first, then weight gradients; a microbatch enters rank r's first chunk only while its two
-// chunk activations fit under 2P alive on that rank (1F1B's peak, in half-size chunks). W's
-// thereby fill the bubbles.
+// down the ranks and comes back up, and the first and last stage share rank 0. Two orders:
+//
+// - `paper`: the zero-bubble paper's hand-written order (as PyTorch's ScheduleZBVZeroBubble
+//   writes it): warm-up of 2(P-r)-1 first-chunk forwards, r pairs of forwards, P-r (F I W) of
+//   the second chunk, a steady F I W on each chunk in turn, cool-down of I's then W's. Built for
+//   F = I = W and for M >= 2P-1 (smaller M runs that order with the missing microbatches left out).
+// - `list`: list scheduling with unit costs (F = I = W): a free rank starts the action that can
+//   start earliest, preferring input gradients, then forwards of the second chunk, then of the
+//   first, then weight gradients; a microbatch enters rank r's first chunk only while its two
+//   chunk activations fit under 2P alive on that rank (1F1B's peak, in half-size chunks).
+//
+// `best` (the default) builds both and keeps the shorter at F = I = W (the paper's on a tie).
+#include <algorithm>
 #include <vector>
 
+#include "tpipe/schedule/replay.hpp"
 #include "tpipe/schedule/schedule.hpp"
+#include "tpipe/slice/slicers.hpp"
 
 namespace tpipe {
 
+namespace detail {
+//! The paper's hand-written ZB-V order of rank r (PyTorch's `_calculate_single_rank_operations`).
+constexpr std::vector<action> zb_v_paper_rank(int P, int M, int r)
+{
+    const int S = 2 * P, n = std::max(2 * P - 1, M), c0 = r, c1 = S - 1 - r;
+    std::vector<action> row;
+    int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    auto put = [&](int stage, op kind, int mb) {
+        if (mb < M) row.push_back({stage, kind, mb, 0});  // microbatches past M are left out
+    };
+    for (int k = 0; k < 2 * (P - r) - 1; ++k) put(c0, op::F, f0++);
+    for (int k = 0; k < r; ++k) {
+        put(c1, op::F, f1++);
+        put(c0, op::F, f0++);
+    }
+    for (int k = 0; k < P - r; ++k) {
+        put(c1, op::F, f1++);
+        put(c1, op::I, b1);
+        put(c1, op::W, b1++);
+    }
+    while (f1 < f0 || f0 < n) {
+        if (f0 < n) put(c0, op::F, f0++);
+        put(c0, op::I, b0);
+        put(c0, op::W, b0++);
+        put(c1, op::F, f1++);
+        put(c1, op::I, b1);
+        put(c1, op::W, b1++);
+    }
+    int w0 = b0, w1 = b1;
+    for (int k = 0; k < r; ++k) {
+        put(c0, op::I, b0++);
+        put(c1, op::I, b1++);
+    }
+    for (int k = 0; k < P - r; ++k) {
+        put(c0, op::I, b0++);
+        put(c0, op::W, w0++);
+    }
+    while (w1 < b1) put(c1, op::W, w1++);
+    while (w0 < b0) put(c0, op::W, w0++);
+    return row;
+}
+
+//! Makespan at F = I = W = 1 (B = 2), no transfer time; -1 if the program is invalid.
+constexpr double unit_makespan(const program& p)
+{
+    struct timing {
+        double end = 0;
+        constexpr double compute(const action& a, const unit&) const { return a.kind == op::B ? 2 : is_compute(a.kind) ? 1 : 0; }
+        constexpr double transfer(const action&, int, int, const unit&) const { return 0; }
+        constexpr void record(int, const action&, double, double e) { end = end < e ? e : end; }
+        constexpr void live(int, int) const {}
+    } t;
+    return replayer<timing>(p, t).run().ok() ? t.end : -1;
+}
+} // namespace detail
+
 struct zb_v {
+    enum class order : unsigned char { best, paper, list };
+    order pick = order::best;  //!< which order to build (see above)
+
     constexpr std::string_view name() const { return "zb-v"; }
     constexpr tpipe::program program(const topology& t, const scheme& units) const
     {
         detail::check_topology(t);
-        const int P = t.ranks, M = units.microbatches(), S = 2 * P;
-        const auto place = detail::v_placement(P);
+        const int P = t.ranks, M = units.microbatches();
+        microbatch_order paper(P);
+        for (int r = 0; r < P; ++r) paper[r] = detail::zb_v_paper_rank(P, M, r);
+        if (pick == order::paper) return expand_slices(P, v_placement(P), units, paper);
+        microbatch_order list = list_rows(P, M);
+        if (pick == order::list) return expand_slices(P, v_placement(P), units, list);
+        // Compared over whole microbatches: either order runs the same over any slicing.
+        const scheme whole = tpipe::microbatches(M);
+        const bool list_wins = detail::unit_makespan(expand_slices(P, v_placement(P), whole, list)) <
+                               detail::unit_makespan(expand_slices(P, v_placement(P), whole, paper));
+        return expand_slices(P, v_placement(P), units, list_wins ? list : paper);
+    }
+
+private:
+    //! The list-scheduled order (microbatch level).
+    constexpr microbatch_order list_rows(int P, int M) const
+    {
+        const int S = 2 * P;
+        const auto place = v_placement(P);
         auto idx = [&](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + m; };
         std::vector<double> f_end(static_cast<std::size_t>(S) * M, -1), i_end(f_end);
 
@@ -114,7 +199,7 @@ struct zb_v {
             if (c.stage > 0) dirty[place[c.stage - 1]] = true;
             if (c.stage + 1 < S) dirty[place[c.stage + 1]] = true;
         }
-        return expand_slices(P, place, units, order);
+        return order;
     }
 };
 

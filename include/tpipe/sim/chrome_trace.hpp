@@ -1,6 +1,7 @@
 #pragma once
 // Exports a timeline as Chrome/Perfetto trace JSON (open it at ui.perfetto.dev or
-// chrome://tracing): one track per rank for computes, one per rank for outgoing transfers.
+// chrome://tracing): one track per rank for computes, one per rank for outgoing transfers and
+// the other non-compute actions (waits, UNSHARD, REDUCE_GRAD, ...).
 // Written straight to a stream: traces of large programs hold millions of events.
 #include <sstream>
 #include <string>
@@ -27,7 +28,7 @@ inline std::string chrome_trace(const std::vector<timed_action>& events, int ran
     os << "}}";
     for (int r = 0; r < ranks; ++r) {
         track(r, "rank " + std::to_string(r));
-        track(ranks + r, "rank " + std::to_string(r) + " sends");
+        track(ranks + r, "rank " + std::to_string(r) + " comm");
     }
     for (const auto& e : events) {
         if (e.what.kind == op::RECV_F || e.what.kind == op::RECV_B) continue;  // shown by the send
