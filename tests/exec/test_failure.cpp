@@ -125,8 +125,8 @@ TEST_CASE("the watchdog turns a receive that never comes into an error naming ev
         FAIL("run did not throw");
     } catch (const tpipe::watchdog_error& e) {
         CAPTURE(e.what());
-        CHECK(contains(e.what(), "rank 0 (device 0) waits at action #1 '0RECV_B0' for '1SEND_B0' from rank 1 (not reached yet)"));
-        CHECK(contains(e.what(), "rank 1 (device 1) waits at action #0 '1RECV_F0' for '0SEND_F0' from rank 0 (which never sends it)"));
+        CHECK(contains(e.what(), "rank 0 (device 0) waits at action #2 '0B0' for '1SEND_B0' from rank 1 (not reached yet)"));
+        CHECK(contains(e.what(), "rank 1 (device 1) waits at action #1 '1F0' for '0SEND_F0' from rank 0 (which never sends it)"));
     }
     // Both ranks placed on one device: the same diagnosis, and nothing is left behind.
     opts.device_of_rank = {0, 0};

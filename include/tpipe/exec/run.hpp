@@ -5,9 +5,10 @@
 // Execution: one coroutine per rank of this process walks the rank's action list in order on
 // the loop of the device the rank is placed on. F/B/I/W call the stage functor through the
 // engine's compute awaitable (inline on the CPU engine); SEND hands the payload to the
-// boundary's channel (never blocks); RECV suspends until the payload has arrived. Remote
-// receives are posted when the rank starts its iteration, so transfers overlap compute, and a
-// rank finishes once the transport has released every payload it sent. Payloads live in typed
+// boundary's channel (never blocks); RECV posts the receive (remote receives are all posted
+// when the rank starts its iteration, so transfers overlap compute) and the compute that
+// consumes the payload suspends until it has arrived, as PyTorch runs a lowered program. A rank
+// finishes once the transport has released every payload it sent. Payloads live in typed
 // storage per stage boundary indexed by the unit's dense index, so nothing is allocated per
 // action.
 //
@@ -293,6 +294,29 @@ private:
                 }
                 steps_[r].push_back(st);
             }
+        // A receive only posts (tpipe/schedule/action.hpp): the compute that consumes the payload
+        // waits for it. Each F (B, I) whose input (output gradient) this rank received earlier
+        // in the program awaits its arrival first.
+        for (int r : local_ranks_) {
+            std::vector<char> received(bindings_.size() * static_cast<std::size_t>(U_) * 2, 0);
+            auto slot = [&](int stage, int u, bool fwd) -> char& {
+                return received[(static_cast<std::size_t>(stage) * static_cast<std::size_t>(U_) +
+                                 static_cast<std::size_t>(u)) * 2 + (fwd ? 0 : 1)];
+            };
+            for (std::size_t i = 0; i < steps_[r].size(); ++i) {
+                detail::step& st = steps_[r][i];
+                const int stage = prog_.actions[r][i].stage;
+                if (st.kind == op::RECV_F || st.kind == op::RECV_B) {
+                    slot(stage, st.u, st.kind == op::RECV_F) = 1;
+                } else if (st.kind == op::F && slot(stage, st.u, true)) {
+                    st.waits_on = bindings_[stage].in;
+                    st.forward = true;
+                } else if ((st.kind == op::B || st.kind == op::I) && slot(stage, st.u, false)) {
+                    st.waits_on = bindings_[stage].out;
+                    st.forward = false;
+                }
+            }
+        }
         // The last backward action (B, I or W) of each stage on its rank starts the stage's
         // backward_hook work.
         for (int r : local_ranks_) {
@@ -336,6 +360,7 @@ private:
         for (int r = 0; r < R_; ++r) {
             progress_[r].at.store(0, std::memory_order_relaxed);
             progress_[r].draining.store(false, std::memory_order_relaxed);
+            progress_[r].receiving.store(false, std::memory_order_relaxed);
             progress_[r].finished.store(false, std::memory_order_relaxed);
             events_[r].clear();
             if (opts_.trace) events_[r].reserve(steps_[r].size());
@@ -424,18 +449,22 @@ private:
                 prog.at.store(i + 1, std::memory_order_relaxed);
                 const bool compute = is_compute(st.kind);
                 if (compute && owes_turn && home.has_ready()) co_await home.yield();
+                if (compute && st.waits_on) {  // the payload this compute consumes must have arrived
+                    detail::any_awaiter arrival;
+                    st.waits_on->arrival(arrival, st.forward, st.u);
+                    if (!arrival.await_ready()) {
+                        prog.receiving.store(true, std::memory_order_relaxed);
+                        co_await arrival;
+                        prog.receiving.store(false, std::memory_order_relaxed);
+                        owes_turn = false;
+                    } else {
+                        arrival.await_resume();
+                    }
+                }
                 const std::uint64_t start = trace || compute ? detail::tick_clock::now() : 0;
                 switch (st.kind) {
                 case op::RECV_F:
-                case op::RECV_B: {
-                    detail::any_awaiter arrival;
-                    st.waits_on->arrival(arrival, st.forward, st.u);
-                    const bool waits = !arrival.await_ready();
-                    co_await arrival;
-                    owes_turn = owes_turn && !waits;
-                    --transfers;
-                    break;
-                }
+                case op::RECV_B: --transfers; break;  // posted: remote receives when the rank started
                 case op::SEND_F:
                 case op::SEND_B:
                     st.run(*st.stage, st.u);

@@ -22,7 +22,8 @@ namespace tpipe::detail {
 
 struct alignas(64) rank_progress {
     std::atomic<std::size_t> at{0};  //!< 1 + index of the action the rank started last; 0: none yet
-    std::atomic<bool> draining{false};  //!< ran every action; waits for its sends to be released
+    std::atomic<bool> receiving{false};  //!< waits for the payload its current compute consumes
+    std::atomic<bool> draining{false};   //!< ran every action; waits for its sends to be released
     std::atomic<bool> finished{false};
 };
 
@@ -65,8 +66,10 @@ inline std::string stuck_report(const program& prog, const rank_progress* progre
         }
         const action& a = prog.actions[r][at - 1];
         const std::string here = "at action #" + std::to_string(at - 1) + " '" + to_string(a) + "'";
-        if (a.kind == op::RECV_F || a.kind == op::RECV_B) {
-            const bool fwd = a.kind == op::RECV_F;
+        const bool receiving = progress[r].receiving.load(std::memory_order_relaxed);
+        if (receiving && is_compute(a.kind)) {
+            // F waits for the previous stage's activation, B/I for the next stage's gradient.
+            const bool fwd = a.kind == op::F;
             const action partner{a.stage + (fwd ? -1 : 1), fwd ? op::SEND_F : op::SEND_B, a.microbatch, a.slice};
             const int peer = prog.stage_rank[partner.stage];
             m += "waits " + here + " for '" + to_string(partner) + "' from rank " + std::to_string(peer);
