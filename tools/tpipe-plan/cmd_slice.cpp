@@ -117,7 +117,7 @@ int run_slice(tpipe::cli::args& a)
         if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg);
         if (form_arg) opt.form = tpipe::analytic_form_of(*form_arg);
         analytic = tpipe::presets::analytic(shape, problem.stages, dev, lnk, opt);
-        model_text = std::string(shape.name) + " (analytic, built-in)";
+        model_text = std::string(shape.name) + " (built-in ";
     } else {
         if (device_arg || tp_arg || link_arg || form_arg)
             throw tpipe::invalid_argument("--device, --link, --tensor-parallel and --form apply to a built-in model "
@@ -128,11 +128,11 @@ int run_slice(tpipe::cli::args& a)
                                           "gpt3-175b)");
         model = tpipe::load_latency(model_arg, tpipe::latency_context{problem.stages});
         if (const auto* a = model.get<tpipe::analytic_latency>()) analytic = *a;
-        model_text = model_arg;
+        model_text = model_arg + (analytic ? " (" : "");
     }
     if (analytic) {
         model = *analytic;
-        model_text += " (" + std::string(tpipe::to_string(analytic->settings().form)) + " form, device " +
+        model_text += "analytic, " + std::string(tpipe::to_string(analytic->settings().form)) + " form, device " +
                       std::string(analytic->device().name) + ", link " + std::string(analytic->link().name) + ")";
     }
 
