@@ -19,7 +19,7 @@ namespace {
 constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
                         [--granularity G] [--shared-cut | --per-microbatch]
                         [--max-microbatch R] [--device NAME] [--link NAME] [--tensor-parallel N]
-                        [--form calibrated|roofline] [--json]
+                        [--form calibrated|roofline] [--max-partitions N] [--json]
 
 Chooses token slices (and microbatch sizes) minimising one iteration's pipeline time
   T = sum_u t_u + (K-1) * max_u t_u
@@ -43,6 +43,10 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
   --per-microbatch   an independent token cut per microbatch
   --max-microbatch R at most R rows per microbatch (default: the whole batch), e.g. the
                      largest b a profiled table covers
+  --max-partitions N shared cut: search every partition of B into microbatch sizes while
+                     there are at most N (default 2000, i.e. B <= 25); beyond, search only
+                     balanced partitions (m microbatches of floor/ceil B/m rows, every m),
+                     print "exact: no" and, for B <= 256, a certified lower bound
   --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
                      uniform_objective, microbatch_only_objective, speedup_over_microbatch_only,
                      and for an analytic model "model": every parameter it used
@@ -96,6 +100,7 @@ int run_slice(tpipe::cli::args& a)
     problem.batch = a.number<std::int64_t>("--batch", 1);
     problem.granularity = a.number<std::int64_t>("--granularity", 1);
     problem.max_microbatch = a.number<std::int64_t>("--max-microbatch", 0);
+    problem.max_partitions = a.number<std::size_t>("--max-partitions", problem.max_partitions);
     if (a.value("--max-microbatch") && problem.max_microbatch < 1)
         throw tpipe::invalid_argument("--max-microbatch must be >= 1 row, got " + std::to_string(problem.max_microbatch));
     const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
@@ -160,7 +165,9 @@ int run_slice(tpipe::cli::args& a)
                                 {"solve_seconds", plan.stats.solve_seconds},
                                 {"uniform_objective", uniform.objective},
                                 {"microbatch_only_objective", gpipe.objective},
-                                {"speedup_over_microbatch_only", speedup}};
+                                {"speedup_over_microbatch_only", speedup},
+                                {"exact", plan.stats.exact},
+                                {"lower_bound", plan.stats.lower_bound}};
         if (analytic) out["model"] = tpipe::to_json(*analytic);
         std::cout << tpipe::json::dump(out) << "\n";
         return 0;
@@ -194,6 +201,16 @@ int run_slice(tpipe::cli::args& a)
               << " microbatches of rows [" << list(gpipe.microbatches) << "], no token slicing)\n";
     std::cout << "speedup           " << std::fixed << std::setprecision(3) << speedup << "x over microbatch-only, "
               << uniform.objective / plan.objective << "x over uniform\n";
+    if (plan.stats.exact) {
+        std::cout << "exact             yes\n";
+    } else {
+        std::cout << "exact             no: balanced partitions only (more than " << problem.max_partitions
+                  << " partitions of B)";
+        if (plan.stats.lower_bound > 0)
+            std::cout << "; optimum >= " << std::setprecision(6) << plan.stats.lower_bound << " s, so within "
+                      << std::setprecision(3) << 100 * (plan.objective / plan.stats.lower_bound - 1) << " %";
+        std::cout << "\n";
+    }
     std::cout << "solve time        " << std::setprecision(3) << plan.stats.solve_seconds << " s\n";
     return 0;
 }
