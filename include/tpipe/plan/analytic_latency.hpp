@@ -190,7 +190,10 @@ public:
             const double host = ops_per_layer * device_.host_op_overhead;
             stage = layers_per_stage_ * std::max(forward + backward, host);
         }
-        if (opt_.with_head) stage += 3 * roof(2 * m * H * vocab_per_rank(), p * (m * H + H * vocab_per_rank() + m * vocab_per_rank()));
+        if (opt_.with_head) {
+            const double V = vocab_per_rank();
+            stage += 3 * roof(2 * m * H * V, p * (m * H + H * V + m * V));
+        }
         stage += 2 * (link_.latency + p * m * H / link_rate());
         return stage;
     }
