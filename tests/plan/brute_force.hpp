@@ -105,6 +105,28 @@ brute_result brute_shared(const M& model, int stages, std::int64_t seq_len, std:
     return best;
 }
 
+//! Shared cut for fixed microbatch sizes: the least objective over every composition of n.
+template <latency_model M>
+double brute_shared_sizes(const M& model, int stages, std::int64_t seq_len, const std::vector<std::int64_t>& sizes,
+                          std::int64_t g)
+{
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& comp : compositions(static_cast<int>(seq_len / g))) {
+        double sum = 0, mx = 0;
+        for (auto b : sizes) {
+            std::int64_t c = 0;
+            for (int l : comp) {
+                const double t = model.seconds(b, l * g, c);
+                sum += t;
+                mx = std::max(mx, t);
+                c += l * g;
+            }
+        }
+        best = std::min(best, sum + (stages - 1) * mx);
+    }
+    return best;
+}
+
 //! Independent cuts: T = min over caps tau (every unit time) of
 //!   min over partitions of B of sum_m (least sum of a composition for b_m with max <= tau) + (K-1) tau,
 //! which is the minimum over all schemes grouped by their largest unit. Reports T, the least

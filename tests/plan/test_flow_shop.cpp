@@ -69,3 +69,27 @@ TEST_CASE("latency_costs turns a latency model into simulator costs", "[plan][si
     CHECK(full.makespan >= plan.sum * (1 - 1e-12));
     CHECK_THROWS_AS(tpipe::latency_costs(model, 1.5), tpipe::invalid_argument);
 }
+
+TEST_CASE("forward + backward GPipe makespan equals the objective when F and B split t in one ratio",
+          "[plan][sim]")
+{
+    // The forward wave's longest path ends at (last stage, last unit), the backward wave's starts
+    // there: sum f + (K-1) max f + sum b + (K-1) max b, which is sum t + (K-1) max t when
+    // f = share * t and b = (1 - share) * t for every unit.
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int trial = 0; trial < 60; ++trial) {
+        std::array<double, 8> k{};
+        for (auto& v : k) v = u(rng) * 1e-3;
+        k[0] += 1e-3;
+        const tpipe::polynomial_latency model(k);
+        const int K = 1 + trial % 7;
+        const auto mode = trial % 2 ? tpipe::cut_mode::shared : tpipe::cut_mode::per_microbatch;
+        const auto plan = tpipe::plan_slices(model, tpipe::slicing_problem{K, 16 + 8 * (trial % 4), 1 + trial % 3, 8, mode});
+        const auto prog = tpipe::gpipe{}.program(tpipe::topology{.ranks = K}, plan.scheme());
+        const double share = 0.2 + 0.1 * (trial % 5);
+        INFO("trial " << trial << " K=" << K << " share=" << share);
+        CHECK(tpipe::simulate(prog, tpipe::latency_costs{model, share}).makespan ==
+              Approx(plan.objective).epsilon(1e-12));
+    }
+}

@@ -256,3 +256,73 @@ TEST_CASE("slicing DP honours a cap on rows per microbatch", "[plan][dp]")
     CHECK_THROWS_AS(plan_slices(only_small, slicing_problem{4, 16, 4, 1}), tpipe::invalid_argument);
     CHECK_NOTHROW(plan_slices(only_small, slicing_problem{4, 16, 4, 1, cut_mode::shared, 2}));
 }
+
+TEST_CASE("partition helpers: counts and iterative enumeration", "[plan][dp][batch]")
+{
+    namespace ds = tpipe::detail::slicing;
+    CHECK(ds::partition_count(10, 10, 1000) == 42);
+    CHECK(ds::partition_count(25, 25, 5000) == 1958);
+    CHECK(ds::partition_count(10, 3, 1000) == 14);
+    CHECK(ds::partition_count(26, 26, 2001) == 2001); // p(26) = 2436, saturated
+    CHECK(ds::partition_count(1000000, 1, 10) == 1);
+    std::size_t seen = 0;
+    std::int64_t parts = 0;
+    ds::partitions(12, 12, [&](const ds::size_runs& r) {
+        ++seen;
+        std::int64_t total = 0;
+        for (std::size_t i = 0; i < r.size(); ++i) {
+            total += r[i].first * r[i].second;
+            if (i) CHECK(r[i].first < r[i - 1].first);
+        }
+        CHECK(total == 12);
+    });
+    CHECK(seen == 77); // p(12)
+    // a million parts of one: one partition, no deep recursion
+    ds::partitions(1000000, 1, [&](const ds::size_runs& r) { parts = r.front().second; });
+    CHECK(parts == 1000000);
+}
+
+TEST_CASE("shared cut beyond max_partitions: balanced partitions, bounded by the per-microbatch optimum",
+          "[plan][dp][batch]")
+{
+    std::mt19937_64 rng(5);
+    for (int trial = 0; trial < 30; ++trial) {
+        const auto model = random_polynomial(rng, false, false);
+        const int K = 1 + trial % 6;
+        const std::int64_t B = 5 + trial % 6;
+        slicing_problem problem{K, 32, B, 8, cut_mode::shared};
+        const auto exact = plan_slices(model, problem);
+        CHECK(exact.stats.exact);
+        problem.max_partitions = 3; // p(B) > 3 for every B >= 5
+        const auto bounded = plan_slices(model, problem);
+        INFO("trial " << trial << " K=" << K << " B=" << B);
+        CHECK_FALSE(bounded.stats.exact);
+        CHECK(bounded.shared_cut());
+        // balanced: at most two sizes, one apart
+        CHECK(bounded.microbatches.front() - bounded.microbatches.back() <= 1);
+        CHECK(bounded.objective >= exact.objective * (1 - 1e-12));
+        CHECK(bounded.stats.lower_bound > 0);
+        CHECK(bounded.stats.lower_bound <= exact.objective * (1 + 1e-12));
+        // it is the best balanced plan: no balanced partition does better with its own exact cut
+        for (std::int64_t m = 1; m <= B; ++m) {
+            std::vector<std::int64_t> sizes(static_cast<std::size_t>(B % m), B / m + 1);
+            sizes.resize(static_cast<std::size_t>(m), B / m);
+            const auto one = tpipe::test::brute_shared_sizes(model, K, 32, sizes, 8);
+            CHECK(bounded.objective <= one * (1 + 1e-9));
+        }
+    }
+}
+
+TEST_CASE("large batches: refused beyond 65536 rows, fast in shared mode", "[plan][dp][batch]")
+{
+    const tpipe::polynomial_latency model(std::array<double, 8>{1e-3, 1e-5, 1e-5, 0, 1e-6, 0, 0, 0});
+    CHECK_THROWS_WITH(plan_slices(model, slicing_problem{2, 1, 1000000, 1}), Catch::Contains("at most 65536"));
+    CHECK_THROWS_WITH(plan_slices(model, slicing_problem{2, 8, 1000, 1, cut_mode::per_microbatch}),
+                      Catch::Contains("at most 512"));
+    const auto plan = plan_slices(model, slicing_problem{4, 16, 4096, 8});
+    CHECK_FALSE(plan.stats.exact);
+    std::int64_t rows = 0;
+    for (auto b : plan.microbatches) rows += b;
+    CHECK(rows == 4096);
+    CHECK(plan.stats.solve_seconds < 10);
+}

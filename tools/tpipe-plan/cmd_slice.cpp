@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -17,7 +18,8 @@ namespace {
 
 constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
                         [--granularity G] [--shared-cut | --per-microbatch]
-                        [--max-microbatch R] [--device NAME] [--tensor-parallel N] [--json]
+                        [--max-microbatch R] [--device NAME] [--link NAME] [--tensor-parallel N]
+                        [--form calibrated|roofline] [--max-partitions N] [--json]
 
 Chooses token slices (and microbatch sizes) minimising one iteration's pipeline time
   T = sum_u t_u + (K-1) * max_u t_u
@@ -27,7 +29,12 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
                      or a built-in transformer: gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b
                      (analytic model of ceil(layers/K) layers per stage). Default: gpt3-175b.
   --device           device of a built-in model: v100 (default), a100, h100, h200
+  --link             link between stages of a built-in model: eth-25g, ib-hdr, ib-ndr
+                     (default: the device's usual link: v100 eth-25g, a100 ib-hdr, else ib-ndr)
   --tensor-parallel  tensor-parallel degree of a built-in model (default 1)
+  --form             analytic form of a built-in model: calibrated (default; wave
+                     quantisation, gradient accumulation, host floor, effective link rate) or
+                     roofline (the earlier model)
   --stages K         pipeline stages (>= 1)
   --seq-len L        tokens per sequence
   --batch B          rows per pipeline iteration (default 1)
@@ -36,8 +43,16 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
   --per-microbatch   an independent token cut per microbatch
   --max-microbatch R at most R rows per microbatch (default: the whole batch), e.g. the
                      largest b a profiled table covers
+  --max-partitions N shared cut: search every partition of B into microbatch sizes while
+                     there are at most N (default 2000, i.e. B <= 25); beyond, search only
+                     balanced partitions (m microbatches of floor/ceil B/m rows, every m),
+                     print "exact: no" and, for B <= 256, a certified lower bound
   --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
-                     uniform_objective, microbatch_only_objective, speedup_over_microbatch_only
+                     uniform_objective, microbatch_only_objective, speedup_over_microbatch_only,
+                     and for an analytic model "model": every parameter it used
+
+An analytic model prints the device, the link and every parameter it uses, derived ones
+included.
 )";
 
 std::string list(const std::vector<std::int64_t>& v)
@@ -77,12 +92,15 @@ int run_slice(tpipe::cli::args& a)
     const std::string model_arg = a.text("--model", "gpt3-175b");
     const auto device_arg = a.value("--device");
     const auto tp_arg = a.value("--tensor-parallel");
+    const auto link_arg = a.value("--link");
+    const auto form_arg = a.value("--form");
     tpipe::slicing_problem problem;
     problem.stages = a.required_number<int>("--stages");
     problem.seq_len = a.required_number<std::int64_t>("--seq-len");
     problem.batch = a.number<std::int64_t>("--batch", 1);
     problem.granularity = a.number<std::int64_t>("--granularity", 1);
     problem.max_microbatch = a.number<std::int64_t>("--max-microbatch", 0);
+    problem.max_partitions = a.number<std::size_t>("--max-partitions", problem.max_partitions);
     if (a.value("--max-microbatch") && problem.max_microbatch < 1)
         throw tpipe::invalid_argument("--max-microbatch must be >= 1 row, got " + std::to_string(problem.max_microbatch));
     const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
@@ -95,26 +113,32 @@ int run_slice(tpipe::cli::args& a)
 
     tpipe::any_latency model;
     std::string model_text;
+    std::optional<tpipe::analytic_latency> analytic;
     if (is_model_preset(model_arg)) {
         const auto& shape = tpipe::presets::model(model_arg);
         const auto& dev = tpipe::presets::device(device_arg.value_or("v100"));
+        const auto& lnk = link_arg ? tpipe::presets::link(*link_arg) : tpipe::presets::default_link(dev);
         tpipe::analytic_latency::options opt;
         if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg);
-        const auto analytic = tpipe::presets::analytic(shape, problem.stages, dev, opt);
-        model = analytic;
-        model_text = std::string(shape.name) + " (analytic: " + std::string(dev.name) + ", " +
-                     std::to_string(analytic.layers_per_stage()) + " layers/stage, tensor parallel " +
-                     std::to_string(opt.tensor_parallel) + ", link " + std::string(analytic.link().name) + ")";
+        if (form_arg) opt.form = tpipe::analytic_form_of(*form_arg);
+        analytic = tpipe::presets::analytic(shape, problem.stages, dev, lnk, opt);
+        model_text = std::string(shape.name) + " (built-in ";
     } else {
-        if (device_arg || tp_arg)
-            throw tpipe::invalid_argument("--device and --tensor-parallel apply to a built-in model (gpt3-1b, gpt3-13b, "
-                                          "gpt3-44b, gpt3-175b); put them in the model file instead");
+        if (device_arg || tp_arg || link_arg || form_arg)
+            throw tpipe::invalid_argument("--device, --link, --tensor-parallel and --form apply to a built-in model "
+                                          "(gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b); put them in the model file instead");
         if (!std::filesystem::exists(model_arg))
             throw tpipe::invalid_argument("--model \"" + model_arg +
                                           "\" is neither a file nor a built-in model (gpt3-1b, gpt3-13b, gpt3-44b, "
                                           "gpt3-175b)");
         model = tpipe::load_latency(model_arg, tpipe::latency_context{problem.stages});
-        model_text = model_arg;
+        if (const auto* a = model.get<tpipe::analytic_latency>()) analytic = *a;
+        model_text = model_arg + (analytic ? " (" : "");
+    }
+    if (analytic) {
+        model = *analytic;
+        model_text += "analytic, " + std::string(tpipe::to_string(analytic->settings().form)) + " form, device " +
+                      std::string(analytic->device().name) + ", link " + std::string(analytic->link().name) + ")";
     }
 
     const auto plan = tpipe::plan_slices(model, problem);
@@ -141,12 +165,19 @@ int run_slice(tpipe::cli::args& a)
                                 {"solve_seconds", plan.stats.solve_seconds},
                                 {"uniform_objective", uniform.objective},
                                 {"microbatch_only_objective", gpipe.objective},
-                                {"speedup_over_microbatch_only", speedup}};
+                                {"speedup_over_microbatch_only", speedup},
+                                {"exact", plan.stats.exact},
+                                {"lower_bound", plan.stats.lower_bound}};
+        if (analytic) out["model"] = tpipe::to_json(*analytic);
         std::cout << tpipe::json::dump(out) << "\n";
         return 0;
     }
     std::cout << std::setprecision(6);
     std::cout << "model             " << model_text << "\n";
+    if (analytic)
+        for (const auto& p : analytic->parameters())
+            std::cout << "  " << std::setw(28) << std::left << p.name << std::right << " " << p.value
+                      << (p.unit.empty() ? "" : " ") << p.unit << "\n";
     std::cout << "problem           K=" << problem.stages << " stages, L=" << problem.seq_len << " tokens, B="
               << problem.batch << " rows, G=" << problem.granularity << ", "
               << (problem.mode == tpipe::cut_mode::shared ? "shared cut" : "per-microbatch cuts") << "\n";
@@ -170,6 +201,16 @@ int run_slice(tpipe::cli::args& a)
               << " microbatches of rows [" << list(gpipe.microbatches) << "], no token slicing)\n";
     std::cout << "speedup           " << std::fixed << std::setprecision(3) << speedup << "x over microbatch-only, "
               << uniform.objective / plan.objective << "x over uniform\n";
+    if (plan.stats.exact) {
+        std::cout << "exact             yes\n";
+    } else {
+        std::cout << "exact             no: balanced partitions only (more than " << problem.max_partitions
+                  << " partitions of B)";
+        if (plan.stats.lower_bound > 0)
+            std::cout << "; optimum >= " << std::setprecision(6) << plan.stats.lower_bound << " s, so within "
+                      << std::setprecision(3) << 100 * (plan.objective / plan.stats.lower_bound - 1) << " %";
+        std::cout << "\n";
+    }
     std::cout << "solve time        " << std::setprecision(3) << plan.stats.solve_seconds << " s\n";
     return 0;
 }

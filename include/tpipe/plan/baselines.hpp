@@ -29,16 +29,20 @@ slicing_plan best_microbatch_only(const M& model, const slicing_problem& problem
     constexpr double inf = std::numeric_limits<double>::infinity();
     std::vector<double> t(static_cast<std::size_t>(B) + 1, inf); // sizes above R stay +inf
     for (std::int64_t b = 1; b <= R; ++b) t[b] = detail::checked_time(model.seconds(b, L, 0), b, L, 0);
-    std::vector<double> caps(t.begin() + 1, t.end());
-    std::sort(caps.begin(), caps.end());
+    // Sweep the cap over the sizes in order of their times. Admitting a size to an unbounded
+    // knapsack is one pass in increasing a (it may take that size any number of times), so the
+    // whole sweep is O(B^2), not O(B^2) per cap.
+    std::vector<std::int64_t> order;
+    for (std::int64_t b = 1; b <= R; ++b) order.push_back(b);
+    std::stable_sort(order.begin(), order.end(), [&](auto x, auto y) { return t[x] < t[y]; });
+    std::vector<double> g(static_cast<std::size_t>(B) + 1, inf);
+    g[0] = 0;
     double best = inf, best_cap = inf;
-    for (double cap : caps) {
+    for (std::size_t i = 0; i < order.size();) {
+        const double cap = t[order[i]];
         if (cap == inf || K * cap >= best) break;
-        std::vector<double> g(static_cast<std::size_t>(B) + 1, inf);
-        g[0] = 0;
-        for (std::int64_t a = 1; a <= B; ++a)
-            for (std::int64_t b = 1; b <= a; ++b)
-                if (t[b] <= cap) g[a] = std::min(g[a], g[a - b] + t[b]);
+        for (; i < order.size() && t[order[i]] == cap; ++i)
+            for (std::int64_t a = order[i]; a <= B; ++a) g[a] = std::min(g[a], g[a - order[i]] + cap);
         if (g[B] + (K - 1) * cap < best) {
             best = g[B] + (K - 1) * cap;
             best_cap = cap;
@@ -46,7 +50,7 @@ slicing_plan best_microbatch_only(const M& model, const slicing_problem& problem
     }
     if (best == inf) detail::refuse("microbatch-only baseline: every whole-sequence microbatch has time +inf");
     // Rebuild with the largest parts first: least sum, then fewest microbatches.
-    std::vector<double> g(static_cast<std::size_t>(B) + 1, inf);
+    std::fill(g.begin(), g.end(), inf);
     std::vector<std::int64_t> count(static_cast<std::size_t>(B) + 1, 0), first(static_cast<std::size_t>(B) + 1, 0);
     g[0] = 0;
     for (std::int64_t a = 1; a <= B; ++a)

@@ -5,10 +5,17 @@
 //   {"kind": "analytic",
 //    "model":  "gpt3-175b" | {"layers": 96, "hidden": 12288, "heads": 96, "vocab": 50257},
 //    "device": "v100" | {"peak_flops": 1.25e14, "memory_bandwidth": 9e11, "intra_node_bandwidth": 1.5e11,
-//                        "kernel_overhead": 5e-6, "matmul_efficiency": 0.7, "memory_efficiency": 0.8},
-//    "link":   "eth-25g" | {"bandwidth": 3.125e9, "latency": 3e-5},    (optional: the device's usual link)
+//                        "kernel_overhead": 5e-6, "matmul_efficiency": 0.7, "memory_efficiency": 0.8,
+//                        "sm_count": 80, "gemm_tile": 128, "all_reduce_latency": 2e-5,
+//                        "host_op_overhead": 3e-5},
+//                       (an object needs peak_flops and memory_bandwidth; the rest default to
+//                        intra_node_bandwidth = memory_bandwidth, efficiencies 1, sm_count 0 = no
+//                        wave quantisation, gemm_tile 128, overheads and latencies 0)
+//    "link":   "eth-25g" | {"bandwidth": 3.125e9, "latency": 1e-4, "efficiency": 0.75},
+//              (optional with a device preset: its usual link; required with a device object)
 //    "layers_per_stage": 2,        (optional: ceil(layers / stages) of the plan)
-//    "precision_bytes": 2, "tensor_parallel": 1, "with_head": false}   (optional, these defaults)
+//    "precision_bytes": 2, "tensor_parallel": 1, "with_head": false,
+//    "form": "calibrated", "gradient_bytes": 2}   (optional, these defaults)
 // Preset names: models gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b; devices v100, a100, h100, h200;
 // links eth-25g, ib-hdr, ib-ndr.
 #include <cmath>
@@ -83,7 +90,7 @@ inline device_spec device(const json::value& v)
     const auto& o = v.as_object("analytic \"device\" (a preset name or an object)");
     only_keys(o,
               {"name", "peak_flops", "memory_bandwidth", "intra_node_bandwidth", "kernel_overhead", "matmul_efficiency",
-               "memory_efficiency"},
+               "memory_efficiency", "sm_count", "gemm_tile", "all_reduce_latency", "host_op_overhead"},
               "analytic device");
     device_spec d;
     d.peak_flops = number(v.at("peak_flops"), "device.peak_flops");
@@ -92,6 +99,10 @@ inline device_spec device(const json::value& v)
     d.kernel_overhead = optional_number(o, "kernel_overhead", 0.0, "device");
     d.matmul_efficiency = optional_number(o, "matmul_efficiency", 1.0, "device");
     d.memory_efficiency = optional_number(o, "memory_efficiency", 1.0, "device");
+    if (o.contains("sm_count")) d.sm_count = static_cast<int>(integer(v.at("sm_count"), "device.sm_count"));
+    if (o.contains("gemm_tile")) d.gemm_tile = static_cast<int>(integer(v.at("gemm_tile"), "device.gemm_tile"));
+    d.all_reduce_latency = optional_number(o, "all_reduce_latency", 0.0, "device");
+    d.host_op_overhead = optional_number(o, "host_op_overhead", 0.0, "device");
     return d;
 }
 
@@ -99,10 +110,11 @@ inline link_spec link(const json::value& v)
 {
     if (v.is_string()) return presets::link(v.as_string());
     const auto& o = v.as_object("analytic \"link\" (a preset name or an object)");
-    only_keys(o, {"name", "bandwidth", "latency"}, "analytic link");
+    only_keys(o, {"name", "bandwidth", "latency", "efficiency"}, "analytic link");
     link_spec l;
     l.bandwidth = number(v.at("bandwidth"), "link.bandwidth");
     l.latency = optional_number(o, "latency", 0.0, "link");
+    l.efficiency = optional_number(o, "efficiency", 1.0, "link");
     return l;
 }
 
@@ -146,10 +158,14 @@ inline analytic_latency analytic_from_json(const json::value& doc, const latency
     const auto& o = doc.as_object("analytic model");
     lj::only_keys(o,
                   {"kind", "model", "device", "link", "layers_per_stage", "precision_bytes", "tensor_parallel",
-                   "with_head"},
+                   "with_head", "form", "gradient_bytes"},
                   "analytic model");
     const transformer_shape shape = lj::model_shape(doc.at("model"));
     const device_spec dev = lj::device(doc.at("device"));
+    // A device preset comes with its usual link; a device described field by field has none.
+    if (!doc.contains("link") && !doc.at("device").is_string())
+        throw parse_error("analytic model: a \"device\" object needs a \"link\": a preset name (eth-25g, ib-hdr, "
+                          "ib-ndr) or {\"bandwidth\": bytes/s, \"latency\": s, \"efficiency\": 0..1}");
     const link_spec lnk = doc.contains("link") ? lj::link(doc.at("link")) : presets::default_link(dev);
     const int layers = doc.contains("layers_per_stage")
                            ? static_cast<int>(lj::integer(doc.at("layers_per_stage"), "layers_per_stage"))
@@ -158,6 +174,14 @@ inline analytic_latency analytic_from_json(const json::value& doc, const latency
     if (doc.contains("precision_bytes")) opt.precision_bytes = static_cast<int>(lj::integer(doc.at("precision_bytes"), "precision_bytes"));
     if (doc.contains("tensor_parallel")) opt.tensor_parallel = static_cast<int>(lj::integer(doc.at("tensor_parallel"), "tensor_parallel"));
     if (doc.contains("with_head")) opt.with_head = doc.at("with_head").as_bool("with_head");
+    if (doc.contains("form")) {
+        try {
+            opt.form = analytic_form_of(doc.at("form").as_string("form"));
+        } catch (const invalid_argument& e) {
+            throw parse_error(e.what());
+        }
+    }
+    if (doc.contains("gradient_bytes")) opt.gradient_bytes = static_cast<int>(lj::integer(doc.at("gradient_bytes"), "gradient_bytes"));
     return analytic_latency(shape, layers, dev, lnk, opt);
 }
 
@@ -216,12 +240,17 @@ inline json::value to_json(const analytic_latency& a)
                                 {"memory_bandwidth", d.memory_bandwidth},
                                 {"intra_node_bandwidth", d.intra_node_bandwidth},
                                 {"kernel_overhead", d.kernel_overhead}, {"matmul_efficiency", d.matmul_efficiency},
-                                {"memory_efficiency", d.memory_efficiency}}},
-        {"link", json::object{{"name", std::string(l.name)}, {"bandwidth", l.bandwidth}, {"latency", l.latency}}},
+                                {"memory_efficiency", d.memory_efficiency}, {"sm_count", d.sm_count},
+                                {"gemm_tile", d.gemm_tile}, {"all_reduce_latency", d.all_reduce_latency},
+                                {"host_op_overhead", d.host_op_overhead}}},
+        {"link", json::object{{"name", std::string(l.name)}, {"bandwidth", l.bandwidth}, {"latency", l.latency},
+                              {"efficiency", l.efficiency}}},
         {"layers_per_stage", a.layers_per_stage()},
         {"precision_bytes", a.settings().precision_bytes},
         {"tensor_parallel", a.settings().tensor_parallel},
-        {"with_head", a.settings().with_head}};
+        {"with_head", a.settings().with_head},
+        {"form", std::string(to_string(a.settings().form))},
+        {"gradient_bytes", a.settings().gradient_bytes}};
 }
 
 } // namespace tpipe

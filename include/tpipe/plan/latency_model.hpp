@@ -47,6 +47,13 @@ public:
         return self_->seconds(b, s, c);
     }
     bool has_value() const { return static_cast<bool>(self_); }
+    //! The wrapped model if it is an M (to list what an analytic model uses), else null.
+    template <class M>
+    const M* get() const
+    {
+        const auto* h = dynamic_cast<const holder<M>*>(self_.get());
+        return h ? &h->model : nullptr;
+    }
 
 private:
     struct base {

@@ -64,6 +64,11 @@ struct slicing_problem {
     std::int64_t granularity = 1;
     cut_mode mode = cut_mode::shared;
     std::int64_t max_microbatch = 0; //!< most rows in one microbatch; 0: the whole batch
+    //! Shared cut: the most microbatch-size partitions of B searched exhaustively. Beyond it
+    //! (B >= 26 rows at the default) only balanced partitions are searched (m microbatches of
+    //! floor or ceil of B/m rows, every m) and the plan is no longer guaranteed optimal; the
+    //! stats say so and give a certified lower bound when one is affordable.
+    std::size_t max_partitions = 2000;
 };
 
 //! Work counters of one solve (for benchmarks and docs).
@@ -73,6 +78,12 @@ struct slicing_stats {
     std::size_t relaxations = 0;      //!< edge relaxations in the sweep
     std::size_t partitions = 0;       //!< microbatch-size partitions solved (shared mode)
     double solve_seconds = 0;
+    //! False when shared mode searched only balanced partitions (more than max_partitions exist).
+    bool exact = true;
+    //! When not exact: the per-microbatch optimum, a lower bound on every shared plan (shared
+    //! cuts are per-microbatch cuts that happen to agree), computed when B <= 256 rows; else 0.
+    //! plan.objective / lower_bound - 1 bounds how far the plan can be from the optimum.
+    double lower_bound = 0;
 };
 
 //! A planned slicing: microbatch sizes and each microbatch's token slice lengths.
@@ -506,18 +517,63 @@ sweep_result sweep(const std::vector<const path_problem*>& problems, const std::
     return best;
 }
 
-//! Partitions of `total` into parts <= `largest`, as non-increasing lists, in lexicographic order.
-inline void partitions(std::int64_t total, std::int64_t largest, std::vector<std::int64_t>& prefix,
-                       const std::function<void(const std::vector<std::int64_t>&)>& visit)
+//! Partitions of `total` into parts <= `largest`, as non-increasing lists, from the greedy
+//! one ([largest, largest, ..., rest]) down to all ones. Iterative: a million rows of parts
+//! of one must not recurse a million deep.
+//! A partition as runs of equal parts, largest first: (part, count).
+using size_runs = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+inline void partitions(std::int64_t total, std::int64_t largest, const std::function<void(const size_runs&)>& visit)
 {
-    if (total == 0) {
-        visit(prefix);
-        return;
+    std::vector<std::int64_t> a;
+    size_runs runs;
+    auto fill = [&](std::int64_t rest, std::int64_t cap) {
+        for (; rest > 0; rest -= std::min(cap, rest)) a.push_back(std::min(cap, rest));
+    };
+    fill(total, largest);
+    for (;;) {
+        runs.clear();
+        for (auto part : a)
+            if (!runs.empty() && runs.back().first == part) ++runs.back().second;
+            else runs.emplace_back(part, 1);
+        visit(runs);
+        std::int64_t rest = 0;
+        while (!a.empty() && a.back() == 1) {
+            a.pop_back();
+            ++rest;
+        }
+        if (a.empty()) return;
+        const std::int64_t part = --a.back();
+        fill(rest + 1, part);
     }
-    for (std::int64_t part = 1; part <= std::min(total, largest); ++part) {
-        prefix.push_back(part);
-        partitions(total - part, part, prefix, visit);
-        prefix.pop_back();
+}
+
+//! The number of partitions of `total` into parts <= `largest`, saturated at `limit`.
+inline std::size_t partition_count(std::int64_t total, std::int64_t largest, std::size_t limit)
+{
+    largest = std::min(largest, total);
+    // Partitions of min(total, largest) padded with ones are distinct, so there are at least
+    // p(64) = 1741630 of them.
+    if (largest >= 64 && limit <= 1741630) return limit;
+    std::vector<std::size_t> ways(static_cast<std::size_t>(total) + 1, 0);
+    ways[0] = 1;
+    for (std::int64_t part = 1; part <= largest; ++part)
+        for (std::int64_t a = part; a <= total; ++a)
+            ways[a] = std::min(limit, ways[a] + ways[a - part]);
+    return ways[total];
+}
+
+//! The balanced partitions of `total` into parts <= `largest`: for every count m, B mod m parts
+//! of ceil(B/m) rows and the rest of floor(B/m), largest first.
+inline void balanced_partitions(std::int64_t total, std::int64_t largest, const std::function<void(const size_runs&)>& visit)
+{
+    size_runs runs;
+    for (std::int64_t m = (total + largest - 1) / largest; m <= total; ++m) {
+        const std::int64_t q = total / m, r = total % m;
+        runs.clear();
+        if (r > 0) runs.emplace_back(q + 1, r);
+        runs.emplace_back(q, m - r);
+        visit(runs);
     }
 }
 
@@ -543,6 +599,13 @@ inline void validate(const slicing_problem& pr)
             "slicing: " + std::to_string(pr.seq_len / pr.granularity) +
                 " token units is too many for the exact planner (at most 65536); use a coarser granularity");
     require(pr.batch >= 1, "slicing: batch B must be >= 1 row, got " + std::to_string(pr.batch));
+    require(pr.batch <= 1 << 16, "slicing: batch B=" + std::to_string(pr.batch) +
+                                     " rows is more than one pipeline iteration plans (at most 65536); split it "
+                                     "over data-parallel replicas or iterations");
+    // The per-microbatch combination is a knapsack over sizes and a canonical pass O(B^3).
+    require(pr.mode != cut_mode::per_microbatch || pr.batch <= 512,
+            "slicing: per-microbatch cuts plan at most 512 rows (their combination is O(B^3)), got B=" +
+                std::to_string(pr.batch) + "; use shared cuts");
     require(pr.max_microbatch >= 0, "slicing: max_microbatch must be >= 1 row (or 0 for the whole batch), got " +
                                         std::to_string(pr.max_microbatch));
 }
@@ -665,17 +728,36 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
     } else {
         // Shared cut: one path problem per partition of B; the unit cost of a slice is the sum
         // over microbatches, its cap value the max. Partitions share the best bound found.
-        for (std::int64_t b = 1; b <= R; ++b) times_for(b);
-        std::vector<std::unique_ptr<ds::path_problem>> singles;
-        for (std::int64_t b = 1; b <= R; ++b)
-            singles.push_back(std::make_unique<ds::path_problem>(tri, times[b].data(), times[b].data()));
+        // Per size, built on first use: balanced partitions of a large batch use few sizes.
+        std::vector<std::unique_ptr<ds::path_problem>> singles(static_cast<std::size_t>(R) + 1);
+        auto single = [&](std::int64_t b) -> const ds::path_problem& {
+            auto& p = singles[static_cast<std::size_t>(b)];
+            if (!p) {
+                const auto& t = times_for(b);
+                p = std::make_unique<ds::path_problem>(tri, t.data(), t.data());
+            }
+            return *p;
+        };
         bool have = false;
-        std::vector<std::int64_t> prefix;
         std::vector<double> wsum(tri.size()), hmax(tri.size());
-        double size_bound_cap = ds::inf; // the cap size_bound was computed under
-        std::vector<double> size_bound(static_cast<std::size_t>(R) + 1, 0.0);
-        for (std::int64_t b = 1; b <= R; ++b) size_bound[b] = singles[b - 1]->lower[0];
-        ds::partitions(B, R, prefix, [&](const std::vector<std::int64_t>& sizes) {
+        double size_bound_cap = ds::inf; // the cap the per-size bounds are computed under
+        std::vector<double> size_bound(static_cast<std::size_t>(R) + 1, -1.0);
+        std::vector<double> size_bound_at(static_cast<std::size_t>(R) + 1, -1.0);
+        auto bound_of = [&](std::int64_t b) {
+            const auto i = static_cast<std::size_t>(b);
+            if (size_bound_at[i] != size_bound_cap) {
+                const auto& p = single(b);
+                std::vector<double> r;
+                if (size_bound_cap < ds::inf) p.suffix_capped(size_bound_cap, r);
+                size_bound[i] = size_bound_cap < ds::inf ? std::max(r[0], p.lower[0]) : p.lower[0];
+                size_bound_at[i] = size_bound_cap;
+            }
+            return size_bound[i];
+        };
+        const bool exhaustive = ds::partition_count(B, R, problem.max_partitions + 1) <= problem.max_partitions;
+        stats.exact = exhaustive;
+        auto search = exhaustive ? ds::partitions : ds::balanced_partitions;
+        search(B, R, [&](const ds::size_runs& sizes) {
             // Cheap bound before building the partition's grid. A plan that can still win has
             // every unit <= thr / K, and a shared cut under a cap costs each part at least that
             // part's own least sum under the cap, so sum_j S_{thr/K}(b_j) + (K-1) * (least
@@ -683,30 +765,23 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
             // as thr falls; computed at a larger cap they stay valid, only weaker.
             const double external = have ? result.objective : ds::inf;
             const double thr = external == ds::inf ? ds::inf : external + ds::slack * std::fabs(external);
-            if (thr < ds::inf && thr / K < 0.99 * size_bound_cap) {
-                size_bound_cap = thr / K * (1 + 1e-9);
-                std::vector<double> r;
-                for (std::int64_t b = 1; b <= R; ++b) {
-                    singles[b - 1]->suffix_capped(size_bound_cap, r);
-                    size_bound[b] = std::max(r[0], singles[b - 1]->lower[0]);
-                }
-            }
+            if (thr < ds::inf && thr / K < 0.99 * size_bound_cap) size_bound_cap = thr / K * (1 + 1e-9);
             double lower = 0, cap_floor = 0;
-            for (auto d : sizes) {
-                lower += size_bound[d];
-                cap_floor = std::max(cap_floor, singles[d - 1]->min_cap);
+            for (const auto& [d, copies] : sizes) {
+                lower += static_cast<double>(copies) * bound_of(d);
+                cap_floor = std::max(cap_floor, single(d).min_cap);
             }
             if (cap_floor == ds::inf || std::max(K * cap_floor, lower + (K - 1) * cap_floor) > thr) return;
             ++stats.partitions;
-            const double* w = times[sizes.front()].data();
+            const double* w = times[sizes.front().first].data();
             const double* h = w;
-            if (sizes.size() > 1) {
+            if (sizes.size() > 1 || sizes.front().second > 1) {
                 std::fill(wsum.begin(), wsum.end(), 0.0);
                 std::fill(hmax.begin(), hmax.end(), 0.0);
-                for (auto d : sizes) {
+                for (const auto& [d, copies] : sizes) {
                     const auto& t = times[d];
                     for (std::size_t e = 0; e < t.size(); ++e) {
-                        wsum[e] += t[e];
+                        wsum[e] += static_cast<double>(copies) * t[e];
                         hmax[e] = std::max(hmax[e], t[e]);
                     }
                 }
@@ -728,8 +803,8 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
             const auto cut = ds::canonical(p, found.cap);
             if (cut.cost == ds::inf) return;
             slicing_plan candidate;
-            candidate.microbatches = sizes;
-            candidate.slices.assign(sizes.size(), to_tokens(cut.lengths));
+            for (const auto& [d, copies] : sizes) candidate.microbatches.insert(candidate.microbatches.end(), copies, d);
+            candidate.slices.assign(candidate.microbatches.size(), to_tokens(cut.lengths));
             finish(candidate);
             if (!have || ds::better(candidate, result)) {
                 result = std::move(candidate);
@@ -737,6 +812,11 @@ slicing_plan plan_slices(const M& model, const slicing_problem& problem)
             }
         });
         if (!have) unsolvable();
+        if (!exhaustive && B <= 256) {
+            slicing_problem relaxed = problem;
+            relaxed.mode = cut_mode::per_microbatch;
+            stats.lower_bound = plan_slices(model, relaxed).objective;
+        }
     }
     stats.solve_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count();
