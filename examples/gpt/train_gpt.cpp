@@ -78,7 +78,9 @@ const char* usage_text =
     "  --lr X            AdamW learning rate (default 1e-3; gradients clipped to norm 1)\n"
     "  --seed N          initialisation and data seed (default 1)\n"
     "  --stages P        pipeline ranks = CPU threads running stages (default 2)\n"
-    "  --schedule NAME   gpipe, 1f1b, interleaved, zb-h1, zb-v, terapipe-gpipe, terapipe-1f1b (default 1f1b)\n"
+    "  --schedule NAME   a runnable schedule of tpipe-plan's registry (gpipe, 1f1b, interleaved, zb-h1, zb-v,\n"
+    "                    terapipe-gpipe, terapipe-1f1b, looped-bfs, interleaved-zb, ...; PyTorch's class names such\n"
+    "                    as Schedule1F1B are aliases; default 1f1b)\n"
     "  --virtual V       stages per rank for 'interleaved' (default 2)\n"
     "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... | terapipe (default microbatch:4)\n"
     "  --granularity G   token granularity of the terapipe planner (default seq-len/16)\n"
@@ -186,11 +188,18 @@ options parse(int argc, char** argv)
     if (o.transport == "mpi")
         throw usage_error("--transport mpi: this train_gpt was built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
-    const auto names = tpipe::schedule_names();
+    const auto names = tpipe::schedule_names();  // the runnable ones; PyTorch's class names are aliases
+    const std::string asked = o.schedule;
+    try {
+        o.schedule = tpipe::canonical_schedule_name(asked);
+    } catch (const tpipe::error&) {
+        o.schedule.clear();
+    }
     if (std::find(names.begin(), names.end(), o.schedule) == names.end()) {
         std::string known;
         for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-        throw usage_error("unknown schedule '" + o.schedule + "'; known: " + known);
+        throw usage_error("unknown schedule '" + asked + "'; known: " + known +
+                          " (or PyTorch's class names, e.g. Schedule1F1B)");
     }
     return o;
 }
