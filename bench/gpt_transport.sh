@@ -13,9 +13,10 @@ model="--layers 4 --d-model 128 --heads 4 --seq-len 128 --batch 4 --steps $steps
 median() {  # median step_s over the steps after the first 5, and tokens/s of one step
   python3 -c '
 import json, sys, statistics
-steps = [json.loads(l) for l in sys.stdin if l.startswith("{\"step\"")]
+steps = [d for d in map(json.loads, filter(str.strip, sys.stdin)) if "step" in d and "summary" not in d]
 t = statistics.median(s["step_s"] for s in steps[5:])
-print(f"{t*1e3:.2f} {steps[0]["tokens_per_s"]*steps[0]["step_s"]/t:.0f}")'
+tokens = steps[0]["tokens_per_s"] * steps[0]["step_s"]
+print("%.2f %.0f" % (t * 1e3, tokens / t))'
 }
 declare -A ms_of
 row() {  # key, name, command...
