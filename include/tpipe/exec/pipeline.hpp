@@ -76,13 +76,58 @@ private:
     std::tuple<S...> stages_;
 };
 
-//! Builds the pipeline graph; refuses, at compile time, a stage whose input type is not the
-//! previous stage's output type.
-template <class... S>
-    requires(sizeof...(S) >= 1) && each_stage_output_type_is_the_next_stage_input_type<std::decay_t<S>...>
-pipeline_t<std::decay_t<S>...> pipeline(S&&... stages)
+namespace detail {
+//! Compile-time diagnostics that name the offending type: the compiler prints the template
+//! arguments of the failing instantiation next to the sentence.
+template <class Stage>
+constexpr bool diagnose_stage()
 {
-    return pipeline_t<std::decay_t<S>...>(std::forward<S>(stages)...);
+    static_assert(declares_input_and_output_types<Stage>,
+                  "tpipe::pipeline: this stage type (Stage above) must declare `using input = X; using output = Y;` "
+                  "with movable payload types");
+    if constexpr (declares_input_and_output_types<Stage>) {
+        static_assert(has_forward_from_input_to_output<Stage>,
+                      "tpipe::pipeline: this stage type (Stage above) has no member "
+                      "`output forward(const tpipe::unit&, input)`");
+        static_assert(has_backward_from_output_grad_to_input_grad<Stage>,
+                      "tpipe::pipeline: this stage type (Stage above) has no member "
+                      "`input backward(const tpipe::unit&, output)`");
+    }
+    return stage<Stage>;
+}
+template <class Output, class NextInput>
+constexpr bool diagnose_connection()
+{
+    static_assert(std::is_same_v<Output, NextInput>,
+                  "tpipe::pipeline: a stage's output type (Output above) is not the input type of the stage after "
+                  "it (NextInput above)");
+    return std::is_same_v<Output, NextInput>;
+}
+template <class... S, std::size_t... I>
+constexpr bool diagnose_connections(std::index_sequence<I...>)
+{
+    using list = std::tuple<S...>;
+    return (diagnose_connection<stage_output_t<std::tuple_element_t<I, list>>,
+                                stage_input_t<std::tuple_element_t<I + 1, list>>>() &&
+            ...);
+}
+template <class... S>
+constexpr bool diagnose_chain()
+{
+    static_assert(sizeof...(S) >= 1, "tpipe::pipeline: needs at least one stage");
+    if constexpr (!(diagnose_stage<S>() && ...)) return false;
+    else return diagnose_connections<S...>(std::make_index_sequence<sizeof...(S) - 1>{});
+}
+} // namespace detail
+
+//! Builds the pipeline graph; refuses, at compile time and naming the types, an argument that is
+//! not a stage (saying which member it lacks) and a stage whose input type is not the previous
+//! stage's output type.
+template <class... S>
+auto pipeline(S&&... stages)
+{
+    if constexpr (detail::diagnose_chain<std::decay_t<S>...>())
+        return pipeline_t<std::decay_t<S>...>(std::forward<S>(stages)...);
 }
 
 //! A stage whose output type is its input type, so that any number of them chain.
