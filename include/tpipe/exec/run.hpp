@@ -272,6 +272,10 @@ private:
         const int stages = static_cast<int>(bindings_.size());
         for (int r = 0; r < R_; ++r)
             for (const action& a : prog_.actions[r]) {
+                if (a.kind == op::OVERLAP_F_B) {  // a group header: its computes follow and run in order
+                    if (x_->runs(r)) steps_[r].push_back(detail::step{.kind = op::OVERLAP_F_B});
+                    continue;
+                }
                 if (a.stage < 0 || a.stage >= stages)
                     throw invalid_program("action '" + to_string(a) + "' on rank " + std::to_string(r) +
                                           " names a stage outside [0, " + std::to_string(stages) + ")");
@@ -465,6 +469,7 @@ private:
                 switch (st.kind) {
                 case op::RECV_F:
                 case op::RECV_B: --transfers; break;  // posted: remote receives when the rank started
+                case op::OVERLAP_F_B: break;          // its computes are the next steps
                 case op::SEND_F:
                 case op::SEND_B:
                     st.run(*st.stage, st.u);
