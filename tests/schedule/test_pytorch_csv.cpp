@@ -301,10 +301,17 @@ TEST_CASE("the schedule registry is open: aliases, case, a user's schedule, clas
     CHECK(canonical_schedule_name("ZB-V") == "zb-v");
     CHECK_THROWS_WITH(make_schedule("pipedream"), Catch::Contains("known schedules: gpipe") &&
                                                       Catch::Contains("dualpipe-v"));
-    // dualpipe-v's OVERLAP_F_B groups are PyTorch's: listed with all = true only.
+    // The runtime runs OVERLAP_F_B groups (in order), so dualpipe-v is runnable; a schedule
+    // registered as not runnable is listed with all = true only.
+    tpipe::register_schedule({"simulate-only", {},
+                              [](const tpipe::schedule_options&) {
+                                  return tpipe::any_schedule(tpipe::gpipe{}, "simulate-only");
+                              },
+                              1, false, false});
     const auto runnable = schedule_names(), all = schedule_names(true);
-    CHECK(std::find(runnable.begin(), runnable.end(), "dualpipe-v") == runnable.end());
-    CHECK(std::find(all.begin(), all.end(), "dualpipe-v") != all.end());
+    CHECK(std::find(runnable.begin(), runnable.end(), "dualpipe-v") != runnable.end());
+    CHECK(std::find(runnable.begin(), runnable.end(), "simulate-only") == runnable.end());
+    CHECK(std::find(all.begin(), all.end(), "simulate-only") != all.end());
 
     struct reverse_gpipe {  // all forwards, then the backwards in reverse order
         std::string_view name() const { return "reverse-gpipe"; }
