@@ -319,8 +319,8 @@ TEST_CASE("the schedule registry is open: aliases, case, a user's schedule, clas
         {
             microbatch_order order(t.ranks);
             for (int r = 0; r < t.ranks; ++r) {
-                for (int m = 0; m < units.microbatches(); ++m) order[r].push_back({r, op::F, m, 0});
-                for (int m = units.microbatches() - 1; m >= 0; --m) order[r].push_back({r, op::B, m, 0});
+                for (int m = 0; m < units.microbatches(); ++m) order[r].push_back({r, op::F, m});
+                for (int m = units.microbatches() - 1; m >= 0; --m) order[r].push_back({r, op::B, m});
             }
             return expand_slices(t.ranks, loop_placement(t.ranks, t.ranks), units, order);
         }

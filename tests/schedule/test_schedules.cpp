@@ -275,8 +275,8 @@ struct reverse_gpipe {
         std::vector<int> placement(t.ranks);
         for (int r = 0; r < t.ranks; ++r) {
             placement[r] = r;
-            for (int m = 0; m < units.microbatches(); ++m) order[r].push_back({r, op::F, m, 0});
-            for (int m = units.microbatches() - 1; m >= 0; --m) order[r].push_back({r, op::B, m, 0});
+            for (int m = 0; m < units.microbatches(); ++m) order[r].push_back({r, op::F, m});
+            for (int m = units.microbatches() - 1; m >= 0; --m) order[r].push_back({r, op::B, m});
         }
         return expand_slices(t.ranks, placement, units, order);
     }

@@ -26,23 +26,23 @@ struct dualpipe_v {
     }
 
 private:
-    constexpr std::vector<action> rank_order(int P, int M, int r) const
+    constexpr std::vector<microbatch_step> rank_order(int P, int M, int r) const
     {
         const int S = 2 * P, c0 = r, c1 = S - 1 - r;
-        std::vector<action> row;
+        std::vector<microbatch_step> row;
         // Next microbatch per (chunk, kind): forwards, input gradients (B counts as one), weights.
         int next_f[2] = {0, 0}, next_i[2] = {0, 0}, next_w[2] = {0, 0};
-        std::vector<action> weights;  // pending W's, oldest first
+        std::vector<microbatch_step> weights;  // pending W's, oldest first
         std::size_t w_head = 0;
         auto chunk = [&](int stage) { return stage == c0 ? 0 : 1; };
-        auto forward = [&](int stage) { row.push_back({stage, op::F, next_f[chunk(stage)]++, 0}); };
+        auto forward = [&](int stage) { row.push_back({stage, op::F, next_f[chunk(stage)]++}); };
         auto backward = [&](int stage, bool split) {
             const int c = chunk(stage), m = next_i[c]++;
             if (split) {
-                row.push_back({stage, op::I, m, 0});
-                weights.push_back({stage, op::W, m, 0});
+                row.push_back({stage, op::I, m});
+                weights.push_back({stage, op::W, m});
             } else {
-                row.push_back({stage, op::B, m, 0});
+                row.push_back({stage, op::B, m});
                 ++next_w[c];
             }
         };
@@ -52,7 +52,7 @@ private:
             ++next_w[chunk(row.back().stage)];
         };
         auto pair = [&](int f_stage, int b_stage) {
-            if (overlap) row.push_back(overlap_header(2));
+            if (overlap) row.push_back(overlap_step(2));
             forward(f_stage);
             backward(b_stage, false);
         };

@@ -13,8 +13,8 @@ struct gpipe {
         const int M = units.microbatches();
         microbatch_order order(t.ranks);
         for (int r = 0; r < t.ranks; ++r) {
-            for (int m = 0; m < M; ++m) order[r].push_back({r, op::F, m, 0});
-            for (int m = 0; m < M; ++m) order[r].push_back({r, op::B, m, 0});
+            for (int m = 0; m < M; ++m) order[r].push_back({r, op::F, m});
+            for (int m = 0; m < M; ++m) order[r].push_back({r, op::B, m});
         }
         return expand_slices(t.ranks, loop_placement(t.ranks, t.ranks), units, order);
     }

@@ -26,29 +26,29 @@ constexpr int interleaved_round_size(int P, int M, std::string_view who)
 //! then the remaining backwards. With `zero_bubble` the backward is I, and from step `rank` of
 //! the steady phase on a W follows each step (the oldest pending), the rest at the end (ZB1P).
 //! The k-th forward of a rank runs chunk (k / G) mod V, the k-th backward chunk V-1-(k / G) mod V.
-constexpr std::vector<action> interleaved_rank_order(int P, int V, int M, int G, int r, bool zero_bubble)
+constexpr std::vector<microbatch_step> interleaved_rank_order(int P, int V, int M, int G, int r, bool zero_bubble)
 {
     const int total = M * V;
     const int warmup = std::min((V - 1) * G + (zero_bubble ? 1 : 2) * (P - 1 - r), total);
     auto fwd_stage = [&](int k) { return (k / G) % V * P + r; };
     auto bwd_stage = [&](int k) { return (V - 1 - (k / G) % V) * P + r; };
     std::vector<int> next(P * V, 0), next_b(P * V, 0), next_w(P * V, 0), w_stages;
-    std::vector<action> row;
+    std::vector<microbatch_step> row;
     std::size_t w = 0;
     auto weight = [&] {
         const int s = w_stages[w++];
-        row.push_back({s, op::W, next_w[s]++, 0});
+        row.push_back({s, op::W, next_w[s]++});
     };
     auto backward = [&](int b) {
         const int s = bwd_stage(b);
-        row.push_back({s, zero_bubble ? op::I : op::B, next_b[s]++, 0});
+        row.push_back({s, zero_bubble ? op::I : op::B, next_b[s]++});
         w_stages.push_back(s);
         if (zero_bubble && b >= r) weight();
     };
     int f = 0, b = 0;
-    for (; f < warmup; ++f) row.push_back({fwd_stage(f), op::F, next[fwd_stage(f)]++, 0});
+    for (; f < warmup; ++f) row.push_back({fwd_stage(f), op::F, next[fwd_stage(f)]++});
     for (; f < total; ++f, ++b) {
-        row.push_back({fwd_stage(f), op::F, next[fwd_stage(f)]++, 0});
+        row.push_back({fwd_stage(f), op::F, next[fwd_stage(f)]++});
         backward(b);
     }
     for (; b < total; ++b) backward(b);

@@ -19,9 +19,9 @@ struct looped_bfs {
         microbatch_order order(P);
         for (int r = 0; r < P; ++r) {
             for (int c = 0; c < V; ++c)
-                for (int m = 0; m < M; ++m) order[r].push_back({c * P + r, op::F, m, 0});
+                for (int m = 0; m < M; ++m) order[r].push_back({c * P + r, op::F, m});
             for (int c = V - 1; c >= 0; --c)
-                for (int m = M - 1; m >= 0; --m) order[r].push_back({c * P + r, op::B, m, 0});
+                for (int m = M - 1; m >= 0; --m) order[r].push_back({c * P + r, op::B, m});
         }
         return expand_slices(P, loop_placement(P, P * V), units, order);
     }

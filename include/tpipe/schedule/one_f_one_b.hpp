@@ -22,12 +22,12 @@ struct one_f_one_b {
         for (int r = 0; r < P; ++r) {
             const int warmup = std::min(P - 1 - r + extra_warmup, M);
             int f = 0, b = 0;
-            for (; f < warmup; ++f) order[r].push_back({r, op::F, f, 0});
+            for (; f < warmup; ++f) order[r].push_back({r, op::F, f});
             for (; f < M; ++f, ++b) {
-                order[r].push_back({r, op::F, f, 0});
-                order[r].push_back({r, op::B, b, 0});
+                order[r].push_back({r, op::F, f});
+                order[r].push_back({r, op::B, b});
             }
-            for (; b < M; ++b) order[r].push_back({r, op::B, b, 0});
+            for (; b < M; ++b) order[r].push_back({r, op::B, b});
         }
         return expand_slices(P, loop_placement(P, P), units, order);
     }

@@ -20,13 +20,16 @@ struct over_tokens_schedule {
     tpipe::program program(const topology& t, const scheme& units) const
     {
         const tpipe::program whole = inner.program(t, tpipe::microbatches(units.microbatches()));
-        for (const auto& row : whole.actions)
-            for (const auto& a : row)
+        microbatch_order order(whole.actions.size());
+        for (std::size_t r = 0; r < whole.actions.size(); ++r)
+            for (const auto& a : whole.actions[r]) {
                 if (a.slice != 0)
                     throw invalid_argument("over_tokens: " + std::string(inner.name()) +
                                            " already names token slices ('" + to_string(a) +
                                            "'); give it a schedule that orders whole microbatches");
-        return expand_slices(whole.ranks, whole.stage_rank, units, whole.actions);
+                order[r].push_back(microbatch_step{a.stage, a.kind, a.microbatch});
+            }
+        return expand_slices(whole.ranks, whole.stage_rank, units, order);
     }
 };
 

@@ -19,8 +19,21 @@ concept schedule = requires(const S& s, const topology& t, const scheme& units) 
     { s.name() } -> std::convertible_to<std::string_view>;
 };
 
-//! Per rank, microbatch-level compute actions (their slice field is ignored).
-using microbatch_order = std::vector<std::vector<action>>;
+//! One entry of a microbatch-level order: a compute of one stage over a whole microbatch (its
+//! token slices are laid out by expand_slices), or an OVERLAP_F_B group header (then
+//! `microbatch` counts the entries of the group that follow it; stage -1).
+struct microbatch_step {
+    int stage = 0;
+    op kind = op::F;
+    int microbatch = 0;
+    friend constexpr bool operator==(const microbatch_step&, const microbatch_step&) = default;
+};
+
+//! The header of a group of the `n` entries that follow it (PyTorch's OVERLAP_F_B).
+constexpr microbatch_step overlap_step(int n) { return microbatch_step{-1, op::OVERLAP_F_B, n}; }
+
+//! Per rank, microbatch-level work in order.
+using microbatch_order = std::vector<std::vector<microbatch_step>>;
 
 //! Expands a microbatch-level order over the token slices of `units`.
 constexpr program expand_slices(int ranks, std::vector<int> stage_rank, const scheme& units,
@@ -33,7 +46,7 @@ constexpr program expand_slices(int ranks, std::vector<int> stage_rank, const sc
     p.actions.assign(ranks, {});
     for (int r = 0; r < ranks; ++r)
         for (std::size_t i = 0; i < order[r].size(); ++i) {
-            const action& a = order[r][i];
+            const microbatch_step& a = order[r][i];
             if (a.kind == op::OVERLAP_F_B) {  // the group now holds every slice of its actions
                 int n = 0;
                 for (int k = 1; k <= a.microbatch && i + k < order[r].size(); ++k) {

@@ -26,17 +26,17 @@ struct zb_h1 {
             auto& row = order[r];
             const int warmup = std::min(P - 1 - r + extra_warmup, M), lag = r;
             int f = 0, i = 0, w = 0;
-            for (; f < warmup; ++f) row.push_back({r, op::F, f, 0});
+            for (; f < warmup; ++f) row.push_back({r, op::F, f});
             for (; f < M; ++f) {
-                row.push_back({r, op::F, f, 0});
-                row.push_back({r, op::I, i++, 0});
-                if (i - w > lag) row.push_back({r, op::W, w++, 0});
+                row.push_back({r, op::F, f});
+                row.push_back({r, op::I, i++});
+                if (i - w > lag) row.push_back({r, op::W, w++});
             }
             while (i < M) {  // cool-down: one W after each I fills the wait for the next gradient
-                row.push_back({r, op::I, i++, 0});
-                row.push_back({r, op::W, w++, 0});
+                row.push_back({r, op::I, i++});
+                row.push_back({r, op::W, w++});
             }
-            while (w < M) row.push_back({r, op::W, w++, 0});
+            while (w < M) row.push_back({r, op::W, w++});
         }
         return expand_slices(P, loop_placement(P, P), units, order);
     }

@@ -23,13 +23,13 @@ namespace tpipe {
 
 namespace detail {
 //! The paper's hand-written ZB-V order of rank r (PyTorch's `_calculate_single_rank_operations`).
-constexpr std::vector<action> zb_v_paper_rank(int P, int M, int r)
+constexpr std::vector<microbatch_step> zb_v_paper_rank(int P, int M, int r)
 {
     const int S = 2 * P, n = std::max(2 * P - 1, M), c0 = r, c1 = S - 1 - r;
-    std::vector<action> row;
+    std::vector<microbatch_step> row;
     int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
     auto put = [&](int stage, op kind, int mb) {
-        if (mb < M) row.push_back({stage, kind, mb, 0});  // microbatches past M are left out
+        if (mb < M) row.push_back({stage, kind, mb});  // microbatches past M are left out
     };
     for (int k = 0; k < 2 * (P - r) - 1; ++k) put(c0, op::F, f0++);
     for (int k = 0; k < r; ++k) {
@@ -194,7 +194,7 @@ private:
                 ++s.w_head;
                 --s.live;
             }
-            order[pick].push_back({c.stage, c.kind, c.mb, 0});
+            order[pick].push_back({c.stage, c.kind, c.mb});
             dirty[pick] = true;
             if (c.stage > 0) dirty[place[c.stage - 1]] = true;
             if (c.stage + 1 < S) dirty[place[c.stage + 1]] = true;
