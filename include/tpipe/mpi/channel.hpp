@@ -27,7 +27,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,6 +37,7 @@
 #include "tpipe/exec/payload_traits.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
+#include "tpipe/mpi/request.hpp"
 
 namespace tpipe::mpi {
 
@@ -202,14 +202,7 @@ private:
         bool await_ready() { return finished(); }
         bool await_suspend(std::coroutine_handle<> h)
         {
-            home = loop::current();
-            if (!home) {  // a plain thread: test here
-                while (!finished()) std::this_thread::yield();
-                return false;
-            }
-            node.handle = h;
-            home->add_poller(this);
-            return true;
+            return detail::suspend_polled(this, node, home, h, [this] { return finished(); });
         }
         void await_resume()
         {

@@ -115,15 +115,7 @@ public:
     {
         enqueue();
         if (step()) return false;
-        loop* l = loop::current();
-        if (!l) {  // a plain thread: drive it here
-            while (!step()) std::this_thread::yield();
-            return false;
-        }
-        node_.handle = h;
-        loop_ = l;
-        l->add_poller(this);
-        return true;
+        return detail::suspend_polled(this, node_, loop_, h, [this] { return step(); });
     }
 
     void await_resume()

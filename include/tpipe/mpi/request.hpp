@@ -43,6 +43,25 @@
 
 namespace tpipe::mpi {
 
+namespace detail {
+//! The await_suspend shared by tpipe's MPI awaiters: on a loop, register `self` as a poller of
+//! it (its poll() posts `node` once `step()` finished) and suspend; on a plain thread, run
+//! `step()` here, yielding the core between tries, and continue without suspending.
+template <class Step>
+bool suspend_polled(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Step&& step)
+{
+    loop* l = loop::current();
+    if (!l) {
+        while (!step()) std::this_thread::yield();
+        return false;
+    }
+    node.handle = h;
+    home = l;
+    l->add_poller(self);
+    return true;
+}
+} // namespace detail
+
 //! Whether MPI_Cancel applies to a request (point-to-point) or not (nonblocking collective).
 enum class request_kind : unsigned char { point_to_point, collective };
 
@@ -80,15 +99,7 @@ public:
 
     bool await_suspend(std::coroutine_handle<> h)
     {
-        loop* l = loop::current();
-        if (!l) {  // a plain thread: test here
-            while (!step()) std::this_thread::yield();
-            return false;
-        }
-        node_.handle = h;
-        loop_ = l;
-        l->add_poller(this);
-        return true;
+        return detail::suspend_polled(this, node_, loop_, h, [this] { return step(); });
     }
 
     void await_resume()
