@@ -416,11 +416,10 @@ public:
     //! Whether every process holds exactly these weights.
     bool same_everywhere(const std::vector<float>& w)
     {
-        const std::string mine = fnv_hex(w), first = [&] {
-            std::string f = mine;
-            MPI_Bcast(f.data(), static_cast<int>(f.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
-            return f;
-        }();
+        const std::string mine = fnv_hex(w);
+        std::string first = mine;  // process 0's, after the broadcast
+        tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, MPI_COMM_WORLD),
+                          "MPI_Bcast (weights fingerprint)");
         int ok = mine == first ? 1 : 0, all = 0;
         MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         return all == 1;
@@ -476,7 +475,6 @@ int train(const options& o)
     std::vector<std::unique_ptr<replica>> reps;
     for (int d = 0; d < D; ++d)
         if (where.has_replica(d)) reps.push_back(std::make_unique<replica>(o, d));
-    std::uint64_t data_rng = replica::data_seed(o, 0);
 
     // The units of every step: a fixed slicer, or the TeraPipe plan for this model's stages.
     tpipe::scheme units;
@@ -490,7 +488,7 @@ int train(const options& o)
         std::ostringstream said;
         if (speaks) {  // profiled by one process (timings differ between processes); the others get the plan
             gpt::pipelined_model<float> whole(reps.front()->params, stages, threads_per_part);
-            std::uint64_t probe_rng = data_rng;
+            std::uint64_t probe_rng = replica::data_seed(o, 0);  // replica 0's first batch
             const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
             const auto grid = gpt::gpt_profile_grid(o.batch, o.cfg.seq_len, g);
             if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "

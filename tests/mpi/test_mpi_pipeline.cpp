@@ -57,18 +57,18 @@ outcome run_synthetic(const tpipe::program& prog, X* x, int devices)
     tpipe::cpu_engine eng(devices);
     tpipe::run_options opts;
     opts.watchdog = std::chrono::seconds(30);
+    auto two_iterations = [&](auto& r) {
+        for (int it = 0; it < 2; ++it) {
+            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
+            r.run(io);
+        }
+    };
     if constexpr (std::is_same_v<X, tpipe::local_transport>) {
         tpipe::runner r(pipe, prog, eng, opts);
-        for (int it = 0; it < 2; ++it) {
-            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
-            r.run(io);
-        }
+        two_iterations(r);
     } else {
         tpipe::runner r(pipe, prog, eng, *x, opts);
-        for (int it = 0; it < 2; ++it) {
-            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
-            r.run(io);
-        }
+        two_iterations(r);
     }
     got.states = synth::states_of(pipe);
     return got;

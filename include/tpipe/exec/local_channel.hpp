@@ -141,7 +141,7 @@ public:
 
     //! Moves v into the slot of `tag` and wakes its receiver, if one waits. Never waits; any
     //! thread.
-    void send(int tag, T v)
+    void send(int tag, T&& v)
     {
         slot& s = at(tag);
         const std::uint32_t w = s.word.load(std::memory_order_acquire);

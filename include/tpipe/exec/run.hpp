@@ -552,7 +552,7 @@ private:
     {
         const action& a = prog_.actions[r][i];
         const unit& un = units_[steps_[r][i].u];
-        std::string m = "rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) + x_->where(r) +
+        std::string m = "rank " + std::to_string(r) + " (device " + std::to_string(device_[r]) +
                         "), stage " + std::to_string(a.stage) + ", action " + detail::describe(a, un) +
                         " failed: " + detail::what_of(cause);
         set_error(std::make_exception_ptr(execution_error(std::move(m), r, device_[r], a, un, cause)), true);

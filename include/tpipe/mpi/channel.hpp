@@ -70,7 +70,7 @@ public:
     }
 
     // ---- sending end ------------------------------------------------------------------------
-    void send(int tag, T v)
+    void send(int tag, T&& v)
     {
         if (!sending_) throw error("mpi::channel: send on the receiving end of a channel");
         std::lock_guard<std::mutex> g(m_);
@@ -122,12 +122,11 @@ public:
     //! Completes once the payload of `tag` is in place (posts the receive if nobody did).
     auto arrival(int tag)
     {
-        (void)at(recvs_, tag);
         post(tag);
         return wait_for(this, [tag](channel& c) {
             c.try_progress();
             return c.arrived(tag);
-        }, tag);
+        });
     }
 
     bool ready(int tag) const noexcept
@@ -191,12 +190,11 @@ private:
     struct waiter final : private poller {
         channel* c;
         Done done;
-        int tag;
         wake_node node{};
         loop* home = nullptr;
 
-        waiter(channel* ch, Done d, int t) : c(ch), done(std::move(d)), tag(t) {}
-        waiter(const waiter& o) : poller(), c(o.c), done(o.done), tag(o.tag) {}
+        waiter(channel* ch, Done d) : c(ch), done(std::move(d)) {}
+        waiter(const waiter& o) : poller(), c(o.c), done(o.done) {}
 
         bool finished() noexcept { return c->cancelled_.load(std::memory_order_acquire) || c->failed() || done(*c); }
         bool await_ready() { return finished(); }
@@ -218,9 +216,9 @@ private:
         }
     };
     template <class Done>
-    static waiter<Done> wait_for(channel* c, Done d, int tag = -1)
+    static waiter<Done> wait_for(channel* c, Done d)
     {
-        return waiter<Done>(c, std::move(d), tag);
+        return waiter<Done>(c, std::move(d));
     }
 
     template <class Slot>

@@ -39,7 +39,6 @@ public:
         local_.reset();
         remote_ = std::move(r);
     }
-    bool connected() const noexcept { return local_ || remote_; }
     bool remote() const noexcept { return remote_ != nullptr; }
 
     void send(int tag, T&& v)

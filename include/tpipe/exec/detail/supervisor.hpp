@@ -61,7 +61,8 @@ inline std::string stuck_report(const program& prog, const rank_progress* progre
             continue;
         }
         if (progress[r].draining.load(std::memory_order_relaxed)) {
-            m += "ran every action and waits for the transport to deliver its sends or for its after-backward work (data-parallel all-reduce);";
+            m += "ran every action and waits for the transport to deliver its sends or for its after-backward "
+                 "work (data-parallel all-reduce);";
             continue;
         }
         const action& a = prog.actions[r][at - 1];
