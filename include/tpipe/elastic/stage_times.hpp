@@ -1,0 +1,94 @@
+#pragma once
+// One pipeline iteration of a shape, priced for tpipe's simulator: per stage, forward and
+// backward seconds per sample, a fixed cost per microbatch compute (kernel launches, Python),
+// and the activation transfer between neighbouring stages. A microbatch of a batch of B
+// samples split M ways carries B / M samples (fractional when M does not divide B: the
+// simulator prices the average microbatch).
+//
+// A pipeline latency model turns (cuts, frozen units) into stage_times; AutoPipe and the
+// elastic plan price every candidate shape through it and the simulator, nothing else.
+#include <algorithm>
+#include <concepts>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/schedule/gpipe.hpp"
+#include "tpipe/sim/costs.hpp"
+#include "tpipe/sim/simulate.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace tpipe {
+
+struct stage_times {
+    std::vector<double> forward;   //!< per stage, seconds per sample (frozen units included)
+    std::vector<double> backward;  //!< per stage, seconds per sample (active units only)
+    double per_microbatch = 0;     //!< fixed seconds per forward or backward compute
+    double transfer = 0;           //!< seconds per sample sent between neighbouring stages
+    double latency = 0;            //!< fixed seconds per transfer
+    std::vector<double> after;     //!< per stage, seconds after the last backward (gradient all-reduce)
+
+    int stages() const { return static_cast<int>(forward.size()); }
+};
+
+//! The simulator's cost model for microbatches of `samples` samples each.
+struct microbatch_costs {
+    const stage_times& t;
+    double samples = 1;
+
+    double compute(op kind, int stage, const unit&) const
+    {
+        const auto s = static_cast<std::size_t>(stage);
+        if (kind == op::F) return t.per_microbatch + t.forward[s] * samples;
+        if (kind == op::B) return t.per_microbatch + t.backward[s] * samples;
+        return 0;
+    }
+    double transfer(op, int, int, const unit&) const { return t.latency + t.transfer * samples; }
+};
+static_assert(cost_model<microbatch_costs>);
+
+//! A model that prices a shape: stage_times for these cuts with the first `frozen` units frozen.
+template <class M>
+concept pipeline_latency = requires(const M& m, std::span<const int> cuts, int frozen) {
+    { m.stage_times(cuts, frozen) } -> std::convertible_to<stage_times>;
+};
+
+//! Seconds of one GPipe iteration of `batch` samples in `microbatches` microbatches, simulated,
+//! plus the slowest stage's after-backward work (the all-reduce waits for the last backward).
+inline double simulate_iteration(const stage_times& t, double batch, int microbatches)
+{
+    detail::require(t.stages() >= 1 && t.backward.size() == t.forward.size(),
+                    "stage_times: forward and backward must have one entry per stage");
+    detail::require(batch > 0, "simulate_iteration: batch must be > 0 samples");
+    detail::require(microbatches >= 1, "simulate_iteration: microbatches must be >= 1, got " +
+                                           std::to_string(microbatches));
+    const program p = gpipe{}.program(topology{t.stages()}, tpipe::microbatches(microbatches));
+    const double makespan = simulate(p, microbatch_costs{t, batch / microbatches}).makespan;
+    double tail = 0;
+    for (double a : t.after) tail = std::max(tail, a);
+    return makespan + tail;
+}
+
+struct microbatch_choice {
+    int microbatches = 1;
+    double iteration_seconds = 0;
+};
+
+//! The microbatch count in [K, factor K] (and <= batch) with the shortest simulated iteration;
+//! the paper profiles the same range once per pipeline length.
+inline microbatch_choice choose_microbatches(const stage_times& t, int batch, int factor = 6)
+{
+    detail::require(batch >= 1, "choose_microbatches: batch must be >= 1 sample, got " + std::to_string(batch));
+    detail::require(factor >= 1, "choose_microbatches: factor must be >= 1, got " + std::to_string(factor));
+    const int k = t.stages();
+    microbatch_choice best{0, std::numeric_limits<double>::infinity()};
+    for (int m = std::min(k, batch); m <= std::min(factor * k, batch); ++m) {
+        const double s = simulate_iteration(t, batch, m);
+        if (s < best.iteration_seconds) best = {m, s};
+    }
+    return best;
+}
+
+} // namespace tpipe
