@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "ratio.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/elastic/elastic_json.hpp"
 #include "tpipe/elastic/elastic_plan.hpp"
@@ -49,17 +50,6 @@ same run without freezing (K0 stages, N / K0 replicas).
                    "seconds", "cache" and "iterations"), "seconds", "baseline_seconds",
                    "speedup", and with --ablation "ablation": [{"name", "seconds", "speedup"}]
 )";
-
-double parse_lambda(const std::string& text)
-{
-    if (auto slash = text.find('/'); slash != std::string::npos) {
-        const double p = tpipe::cli::args::parse<double>("--lambda", text.substr(0, slash));
-        const double q = tpipe::cli::args::parse<double>("--lambda", text.substr(slash + 1));
-        if (!(q > 0)) throw tpipe::invalid_argument("--lambda p/q needs q > 0, got '" + text + "'");
-        return p / q;
-    }
-    return tpipe::cli::args::parse<double>("--lambda", text);
-}
 
 tpipe::json::object components_json(const tpipe::elastic_components& c)
 {
@@ -125,7 +115,7 @@ int run_elastic(tpipe::cli::args& a)
     if (o.initial_stages < 1 || o.devices % o.initial_stages != 0)
         throw tpipe::invalid_argument("--stages K0 = " + std::to_string(o.initial_stages) + " must be >= 1 and divide " +
                                       "--devices " + std::to_string(o.devices) + (stages_text ? "" : "; give --stages"));
-    if (lambda_text != "model") o.lambda = parse_lambda(lambda_text);
+    if (lambda_text != "model") o.lambda = tpipe::cli::parse_ratio("--lambda", lambda_text);
     if (schedule == "1f1b") o.schedule = tpipe::pipeline_schedule::one_f_one_b;
     else if (schedule != "gpipe") throw tpipe::invalid_argument("--schedule must be gpipe or 1f1b, got '" + schedule + "'");
     if (policy != "progressive" && policy != "paper")
@@ -173,9 +163,10 @@ int run_elastic(tpipe::cli::args& a)
     }
     std::cout << "model " << model.name << ", " << o.devices << " devices, K0 = " << o.initial_stages
               << ", alpha = " << alpha.str() << " (" << policy << "), lambda = "
-              << (o.lambda ? std::to_string(*o.lambda) : std::string("model")) << ", " << schedule << "\n";
-    std::cout << "components: freeze " << result.use.freeze << ", AutoPipe " << result.use.autopipe << ", AutoDP "
-              << result.use.autodp << ", AutoCache " << result.use.autocache << "\n\n";
+              << (o.lambda ? tpipe::json::dump(*o.lambda) : std::string("model")) << ", " << schedule << "\n";
+    auto on = [](bool b) { return b ? "on" : "off"; };
+    std::cout << "components: freeze " << on(result.use.freeze) << ", AutoPipe " << on(result.use.autopipe)
+              << ", AutoDP " << on(result.use.autodp) << ", AutoCache " << on(result.use.autocache) << "\n\n";
     std::cout << "epoch  frozen  stages  replicas  microbatches  cache    seconds  samples/s\n";
     std::cout << std::fixed;
     for (const auto& e : result.epochs)

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "ratio.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/elastic/partition.hpp"
 
@@ -35,17 +36,6 @@ std::vector<double> parse_costs(const std::string& text)
     return out;
 }
 
-double parse_lambda(const std::string& text)
-{
-    if (auto slash = text.find('/'); slash != std::string::npos) {
-        const double p = tpipe::cli::args::parse<double>("--lambda", text.substr(0, slash));
-        const double q = tpipe::cli::args::parse<double>("--lambda", text.substr(slash + 1));
-        if (!(q > 0)) throw tpipe::invalid_argument("--lambda p/q needs q > 0, got '" + text + "'");
-        return p / q;
-    }
-    return tpipe::cli::args::parse<double>("--lambda", text);
-}
-
 int run_partition(tpipe::cli::args& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
@@ -60,7 +50,7 @@ int run_partition(tpipe::cli::args& a)
     a.finish();
     if (!costs_text) throw tpipe::invalid_argument("missing required --costs c1,c2,...");
     const auto costs = parse_costs(*costs_text);
-    const double lambda = lambda_text ? parse_lambda(*lambda_text) : 0.0;
+    const double lambda = lambda_text ? tpipe::cli::parse_ratio("--lambda", *lambda_text) : 0.0;
     const auto p = tpipe::partition_layers(costs, stages, frozen, lambda);
 
     if (as_json) {
