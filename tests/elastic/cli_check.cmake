@@ -1,5 +1,6 @@
 # tpipe-plan freeze / partition / elastic: the JSON each prints has the documented shape and
-# agrees with the closed forms; bad input fails with a reason. Run: cmake -DTPIPE_PLAN=... -P.
+# agrees with the closed forms; bad input fails with a reason.
+# Run: cmake -DTPIPE_PLAN=path/to/tpipe-plan -DWORK_DIR=scratch-dir -P cli_check.cmake
 function(plan out)
   execute_process(COMMAND ${TPIPE_PLAN} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -60,6 +61,30 @@ expect("elastic ablation rows" "${rows}" "4")
 string(JSON s GET "${j}" speedup)
 string(JSON s4 GET "${j}" ablation 3 speedup)
 expect("elastic speedup is the last ablation row" "${s}" "${s4}")
+
+# --lines: one re-plan record per epoch.
+plan(text elastic --model vit-b16 --devices 16 --alpha 1/3 --epochs 3 --lines)
+string(REGEX MATCHALL "[^\n]+" lines "${text}")
+list(LENGTH lines n)
+expect("elastic --lines count" "${n}" "3")
+list(GET lines 1 line)
+string(JSON f GET "${line}" frozen)
+expect("elastic --lines epoch 1 frozen" "${f}" "4")
+
+# A model from JSON: two blocks and a head on 2 devices; alpha = 1/2 freezes both by epoch 2,
+# so the pipeline shrinks to one stage and the head trains on 2 replicas.
+file(WRITE ${WORK_DIR}/tiny_elastic.json [=[
+{"name": "tiny", "layers": 2, "samples_per_epoch": 64, "batch": 8, "seconds_per_param": 1e-6,
+ "per_microbatch_seconds": 1e-3,
+ "units": [{"params": 100, "block": 0}, {"params": 100, "block": 1}, {"params": 10, "block": 2}]}
+]=])
+plan(j elastic --model ${WORK_DIR}/tiny_elastic.json --devices 2 --alpha 1/2 --epochs 3 --json)
+string(JSON k GET "${j}" epochs 2 stages)
+string(JSON r GET "${j}" epochs 2 replicas)
+expect("tiny model last stages" "${k}" "1")
+expect("tiny model last replicas" "${r}" "2")
+file(WRITE ${WORK_DIR}/bad_elastic.json [=[{"layers": 2, "units": [], "typo": 1}]=])
+refused("unknown key" elastic --model ${WORK_DIR}/bad_elastic.json --devices 2 --alpha 1/2 --epochs 3)
 
 refused("alpha must lie in" freeze --layers 12 --alpha 0 --epochs 3)
 refused("--policy must be" freeze --layers 12 --alpha 1/3 --epochs 3 --policy greedy)

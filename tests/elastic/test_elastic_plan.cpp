@@ -151,3 +151,15 @@ TEST_CASE("elastic model JSON round trip and refusals")
                               {"params": 1, "block": 2}]})")),
                       Catch::Contains("prefix"));
 }
+
+TEST_CASE("a cache larger than the host budget reads the rest from disk")
+{
+    auto m = tpipe::elastic_presets::vit_b16_imagenet();
+    const double in_memory = m.cache_seconds();
+    const double per_node = static_cast<double>(m.samples_per_epoch) / m.nodes * m.activation_bytes;
+    m.cache_budget_bytes = per_node / 4;
+    CHECK_THROWS_WITH(m.validate(), Catch::Contains("disk_bandwidth"));
+    m.disk_bandwidth = 2e9;
+    m.validate();
+    CHECK(m.cache_seconds() == Approx(in_memory + 0.75 * m.activation_bytes / m.disk_bandwidth));
+}

@@ -19,7 +19,7 @@ constexpr const char* usage = R"(usage: tpipe-plan elastic --model vit-b16|FILE.
                           [--stages K0] [--policy progressive|paper] [--lambda X|model]
                           [--strict] [--min-stages K] [--schedule gpipe|1f1b]
                           [--no-freeze] [--no-autopipe] [--no-autodp] [--no-autocache]
-                          [--ablation] [--json]
+                          [--ablation] [--json | --lines]
 
 Plans an elastic (PipeTransformer) run and predicts every epoch's time with tpipe's
 simulator: AutoFreeze picks the frozen blocks F; on a change AutoPipe re-partitions the
@@ -49,6 +49,8 @@ same run without freezing (K0 stages, N / K0 replicas).
   --json           one JSON object: the plan ("epochs": one re-plan record per epoch, with
                    "seconds", "cache" and "iterations"), "seconds", "baseline_seconds",
                    "speedup", and with --ablation "ablation": [{"name", "seconds", "speedup"}]
+  --lines          one re-plan record per epoch, one JSON line each, as train_gpt --elastic
+                   --json logs them (measured_throughput null)
 )";
 
 tpipe::json::object components_json(const tpipe::elastic_components& c)
@@ -107,7 +109,10 @@ int run_elastic(tpipe::cli::args& a)
     o.use.autocache = !a.flag("--no-autocache");
     const bool ablation = a.flag("--ablation");
     const bool as_json = a.flag("--json");
+    const bool as_lines = a.flag("--lines");
     a.finish();
+    if (as_json && as_lines) throw tpipe::invalid_argument("choose one of --json and --lines, not both");
+    if (as_lines && ablation) throw tpipe::invalid_argument("--lines prints one plan; drop --ablation or use --json");
     if (!model_arg) throw tpipe::invalid_argument("missing required --model (vit-b16 or an elastic model JSON file)");
     if (!alpha_text) throw tpipe::invalid_argument("missing required --alpha A (p/q or a decimal in (0, 1])");
     if (o.devices < 1) throw tpipe::invalid_argument("--devices must be >= 1, got " + std::to_string(o.devices));
@@ -135,6 +140,10 @@ int run_elastic(tpipe::cli::args& a)
         return tpipe::plan_elastic(model, opt, p);
     };
     const auto result = plan(o.use);
+    if (as_lines) {
+        for (const auto& e : result.epochs) std::cout << e.record.to_json_line() << "\n";
+        return 0;
+    }
     const auto baseline = plan({false, false, false, false});
     const double speedup = baseline.seconds / result.seconds;
 
