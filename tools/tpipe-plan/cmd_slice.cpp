@@ -2,6 +2,7 @@
 // microbatch-only alternatives priced by the same objective.
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "tpipe/plan/baselines.hpp"
 #include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/latency_json.hpp"
+#include "tpipe/plan/memory_fit.hpp"
 #include "tpipe/plan/memory_model.hpp"
 #include "tpipe/plan/presets.hpp"
 #include "tpipe/plan/schedule_choice.hpp"
@@ -146,8 +148,8 @@ int run_slice(tpipe::cli::args& a)
     if (within_arg) ranking.within = tpipe::cli::args::parse<double>("--within", *within_arg);
     if (ranking.max_plans < 1 || !(ranking.within >= 0))
         throw tpipe::invalid_argument("--candidates must be >= 1 and --within >= 0");
-    const std::optional<double> budget =
-        budget_arg ? std::optional<double>(tpipe::parse_bytes(*budget_arg)) : std::nullopt;
+    const bool has_budget = budget_arg.has_value();
+    const double budget = has_budget ? tpipe::parse_bytes(*budget_arg) : std::numeric_limits<double>::infinity();
     const std::optional<std::string> schedule =
         schedule_arg ? std::optional<std::string>(tpipe::canonical_schedule_name(*schedule_arg)) : std::nullopt;
     if (schedule && per)
@@ -189,70 +191,44 @@ int run_slice(tpipe::cli::args& a)
 
     std::optional<tpipe::memory_model> memory;
     if (analytic) memory.emplace(*analytic, problem.seq_len);
-    if (budget && !memory)
+    if (has_budget && !memory)
         throw tpipe::invalid_argument("--memory-per-device needs a transformer's shape: a built-in model or an analytic "
                                       "model file");
 
     const auto dp_plan = tpipe::plan_slices(model, problem);
     auto plan = dp_plan;
-    bool memory_fallback = false; // the fitting plan is the best fitting uniform cut, not certified
-    // With a budget, the objective's own schedule (every unit alive on the first stage) must fit.
     auto all_alive = [&](const tpipe::slicing_plan& q) {
         return memory->static_bytes() + memory->all_alive_bytes(q.scheme());
     };
-    if (budget && !schedule && all_alive(plan) > *budget) {
-        if (per)
-            throw tpipe::invalid_argument("the optimal per-microbatch plan needs " + bytes(all_alive(plan)) +
+    // With a budget, the objective's own schedule (every unit alive on the first stage) must fit.
+    bool memory_fallback = false; // the fitting plan is the best fitting uniform cut, not certified
+    if (has_budget && !schedule) {
+        const auto fit = tpipe::fit_in_memory(model, problem, dp_plan, *memory, budget);
+        const std::string least = bytes(fit.least_bytes) + " (" + bytes(memory->static_bytes()) +
+                                  " static, microbatches of 1 row, slices of " + std::to_string(problem.granularity) +
+                                  " tokens)";
+        if (!fit.fits && fit.least_bytes > budget)
+            throw tpipe::invalid_argument("no plan fits in " + bytes(budget) + " per device: the least any plan needs is " +
+                                          least + "; give more memory, more stages or more tensor parallelism");
+        if (!fit.fits && per)
+            throw tpipe::invalid_argument("the optimal per-microbatch plan needs " + bytes(fit.bytes) +
                                           " per device, more than --memory-per-device; use --shared-cut to search "
                                           "the plans that fit");
-        const double least = memory->static_bytes() + memory->least_all_alive_bytes(problem.batch, problem.granularity);
-        const std::string least_text = bytes(least) + " (" + bytes(memory->static_bytes()) +
-                                       " static, microbatches of 1 row, slices of " +
-                                       std::to_string(problem.granularity) + " tokens)";
-        if (least > *budget)
-            throw tpipe::invalid_argument("no plan fits in " + bytes(*budget) + " per device: the least any plan needs is " +
-                                          least_text + "; give more memory, more stages or more tensor parallelism");
-        auto fits = [&](const tpipe::slicing_plan& q) { return all_alive(q) <= *budget; };
-        // Only the units' activations depend on the cut: bound them while searching.
-        double fixed = memory->static_bytes(), largest = 0;
-        for (auto b : plan.microbatches) {
-            fixed += memory->kv_bytes(b);
-            largest = std::max(largest, memory->kv_bytes(b));
-        }
-        const tpipe::unit_budget activations{
-            [&](std::int64_t b, std::int64_t s, std::int64_t c) { return memory->unit_bytes(b, s, c); },
-            *budget - fixed - largest};
-        auto found = tpipe::rank_shared_cuts(model, problem, plan.microbatches, {.max_plans = 1, .within = 0}, fits,
-                                             activations);
-        if (!found.plans.empty()) {
-            plan = std::move(found.plans.front());
-        } else {
-            // The search gave up (or no cut of these microbatches fits): the best uniform cut
-            // that fits, which is feasible but not certified optimal.
-            auto uniform = tpipe::best_uniform(model, problem, plan.microbatches, fits);
-            if (!std::isfinite(uniform.objective))
-                throw tpipe::invalid_argument(
-                    "no plan of the DP's microbatches [" + list(plan.microbatches) + "] found that fits in " +
-                    bytes(*budget) + " per device" +
-                    (found.complete ? " (none exists)" : " after " + std::to_string(found.nodes) + " partial cuts") +
-                    "; the least any plan needs is " + least_text + "; try --max-microbatch 1 or more memory");
-            memory_fallback = true;
-            plan = std::move(uniform);
-        }
-    }
-    if (plan.slices != dp_plan.slices || plan.microbatches != dp_plan.microbatches) {
-        plan.stats = dp_plan.stats;
-        plan.stats.exact = dp_plan.stats.exact && !memory_fallback;
-        if (memory_fallback) plan.stats.lower_bound = 0;
+        if (!fit.fits)
+            throw tpipe::invalid_argument("no plan of the DP's microbatches [" + list(plan.microbatches) +
+                                          "] found that fits in " + bytes(budget) + " per device after " +
+                                          std::to_string(fit.nodes) + " partial cuts; the least any plan needs is " +
+                                          least + "; try --max-microbatch 1 or more memory");
+        plan = fit.plan;
+        memory_fallback = !fit.certified;
     }
     std::optional<tpipe::schedule_choice> choice;
     if (schedule) {
-        const double limit = budget.value_or(std::numeric_limits<double>::infinity());
-        const tpipe::memory_model* mem = memory ? &*memory : nullptr;
+                const tpipe::memory_model* mem = memory ? &*memory : nullptr;
         choice = analytic ? tpipe::choose_by_schedule(model, problem, plan, *schedule,
-                                                      tpipe::link_priced_costs(*analytic), ranking, mem, limit)
+                                                      tpipe::link_priced_costs(*analytic), ranking, mem, budget)
                           : tpipe::choose_by_schedule(model, problem, plan, *schedule, tpipe::latency_costs(model),
-                                                      ranking, mem, limit);
+                                                      ranking, mem, budget);
     }
     const auto uniform = tpipe::best_uniform(model, problem, plan.microbatches);
     const auto gpipe = tpipe::best_microbatch_only(model, problem);
@@ -287,7 +263,7 @@ int run_slice(tpipe::cli::args& a)
                                                 {"bytes_per_parameter", memory->options().bytes_per_parameter()},
                                                 {"all_alive_activation_bytes", memory->all_alive_bytes(plan.scheme())},
                                                 {"peak_bytes", all_alive(plan)},
-                                                {"budget_bytes", budget ? tpipe::json::value(*budget) : nullptr}};
+                                                {"budget_bytes", has_budget ? tpipe::json::value(budget) : nullptr}};
         if (choice) {
             auto candidate = [&](const tpipe::scheduled_plan& c) {
                 tpipe::json::array act;
@@ -360,7 +336,7 @@ int run_slice(tpipe::cli::args& a)
                                           : "the best that fits (microbatches as the DP's)")
                       << "\n";
         std::cout << "memory            " << bytes(all_alive(plan)) << " per device"
-                  << (budget ? " of " + bytes(*budget) : std::string()) << " = static " << bytes(memory->static_bytes())
+                  << (has_budget ? " of " + bytes(budget) : std::string()) << " = static " << bytes(memory->static_bytes())
                   << " (" << memory->parameters() << " parameters x " << memory->options().bytes_per_parameter()
                   << " B: fp16 weights and gradients, fp32 master, Adam) + activations "
                   << bytes(memory->all_alive_bytes(plan.scheme())) << " (every unit alive: GPipe's first stage)\n";
