@@ -1,6 +1,8 @@
 // tpipe-plan slice: the exact TeraPipe slicing for a latency model, with the uniform and
 // microbatch-only alternatives priced by the same objective.
+#include <cmath>
 #include <filesystem>
+#include <limits>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -10,8 +12,12 @@
 #include "command.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/plan/baselines.hpp"
+#include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/latency_json.hpp"
+#include "tpipe/plan/memory_fit.hpp"
+#include "tpipe/plan/memory_model.hpp"
 #include "tpipe/plan/presets.hpp"
+#include "tpipe/plan/schedule_choice.hpp"
 #include "tpipe/plan/slicing_dp.hpp"
 
 namespace {
@@ -19,7 +25,9 @@ namespace {
 constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
                         [--granularity G] [--shared-cut | --per-microbatch]
                         [--max-microbatch R] [--device NAME] [--link NAME] [--tensor-parallel N]
-                        [--form calibrated|roofline] [--max-partitions N] [--json]
+                        [--form calibrated|roofline] [--max-partitions N]
+                        [--memory-per-device BYTES] [--schedule NAME [--candidates N] [--within F]]
+                        [--json]
 
 Chooses token slices (and microbatch sizes) minimising one iteration's pipeline time
   T = sum_u t_u + (K-1) * max_u t_u
@@ -47,9 +55,24 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
                      there are at most N (default 2000, i.e. B <= 25); beyond, search only
                      balanced partitions (m microbatches of floor/ceil B/m rows, every m),
                      print "exact: no" and, for B <= 256, a certified lower bound
+  --memory-per-device BYTES
+                     memory of one device, e.g. 16GiB, 14GB, 80e9 (analytic models: the stage's
+                     weights, gradients, fp32 master and Adam state, 16 B per parameter, plus its
+                     activations and K/V, docs/planner.md "Memory"). Plans that do not fit are
+                     refused: the best fitting shared cut of the DP's microbatches is taken, and
+                     if none fits, an error names the least need
+  --schedule NAME    choose among the near-optimal plans by the simulated makespan of this
+                     schedule (one stage per rank: terapipe-1f1b, terapipe-gpipe, gpipe, 1f1b,
+                     zb-h1), with the analytic model's link as a resource of its own (sends do
+                     not block); prints the DP objective and the simulated makespan of the DP's
+                     plan and of the chosen one. Shared cut only
+  --candidates N     with --schedule: at most N near-optimal cuts besides the DP's (default 64)
+  --within F         with --schedule: every cut within F of the DP objective (default 0.05),
+                     up to --candidates; "complete: yes" when the set holds all of them
   --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
                      uniform_objective, microbatch_only_objective, speedup_over_microbatch_only,
-                     and for an analytic model "model": every parameter it used
+                     for an analytic model "model": every parameter it used, and "memory";
+                     with --schedule, "schedule": the DP's plan and the chosen one, simulated
 
 An analytic model prints the device, the link and every parameter it uses, derived ones
 included.
@@ -73,6 +96,15 @@ std::string runs(const std::vector<std::int64_t>& v)
         if (j - i > 1) os << " x " << j - i;
         i = j;
     }
+    return os.str();
+}
+
+//! "1.23 GiB (1.32e+09 B)".
+std::string bytes(double b)
+{
+    std::ostringstream os;
+    os << std::fixed << std::setprecision(2) << b / (1024.0 * 1024 * 1024) << " GiB (" << std::defaultfloat
+       << std::setprecision(4) << b << " B)";
     return os.str();
 }
 
@@ -105,7 +137,23 @@ int run_slice(tpipe::cli::args& a)
         throw tpipe::invalid_argument("--max-microbatch must be >= 1 row, got " + std::to_string(problem.max_microbatch));
     const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
     const bool as_json = a.flag("--json");
+    const auto budget_arg = a.value("--memory-per-device");
+    const auto schedule_arg = a.value("--schedule");
+    tpipe::ranking_options ranking;
+    const auto candidates_arg = a.value("--candidates"), within_arg = a.value("--within");
     a.finish();
+    if ((candidates_arg || within_arg) && !schedule_arg)
+        throw tpipe::invalid_argument("--candidates and --within choose the plans --schedule simulates; give --schedule");
+    if (candidates_arg) ranking.max_plans = tpipe::cli::args::parse<std::size_t>("--candidates", *candidates_arg);
+    if (within_arg) ranking.within = tpipe::cli::args::parse<double>("--within", *within_arg);
+    if (ranking.max_plans < 1 || !(ranking.within >= 0))
+        throw tpipe::invalid_argument("--candidates must be >= 1 and --within >= 0");
+    const bool has_budget = budget_arg.has_value();
+    const double budget = has_budget ? tpipe::parse_bytes(*budget_arg) : std::numeric_limits<double>::infinity();
+    const std::optional<std::string> schedule =
+        schedule_arg ? std::optional<std::string>(tpipe::canonical_schedule_name(*schedule_arg)) : std::nullopt;
+    if (schedule && per)
+        throw tpipe::invalid_argument("--schedule chooses among shared cuts; drop --per-microbatch");
     if (shared && per) throw tpipe::invalid_argument("choose one of --shared-cut and --per-microbatch, not both");
     problem.mode = per ? tpipe::cut_mode::per_microbatch : tpipe::cut_mode::shared;
     if (problem.stages < 1)
@@ -141,7 +189,47 @@ int run_slice(tpipe::cli::args& a)
                       std::string(analytic->device().name) + ", link " + std::string(analytic->link().name) + ")";
     }
 
-    const auto plan = tpipe::plan_slices(model, problem);
+    std::optional<tpipe::memory_model> memory;
+    if (analytic) memory.emplace(*analytic, problem.seq_len);
+    if (has_budget && !memory)
+        throw tpipe::invalid_argument("--memory-per-device needs a transformer's shape: a built-in model or an analytic "
+                                      "model file");
+
+    const auto dp_plan = tpipe::plan_slices(model, problem);
+    auto plan = dp_plan;
+    auto all_alive = [&](const tpipe::slicing_plan& q) {
+        return memory->static_bytes() + memory->all_alive_bytes(q.scheme());
+    };
+    // With a budget, the objective's own schedule (every unit alive on the first stage) must fit.
+    bool memory_fallback = false; // the fitting plan is the best fitting uniform cut, not certified
+    if (has_budget && !schedule) {
+        const auto fit = tpipe::fit_in_memory(model, problem, dp_plan, *memory, budget);
+        const std::string least = bytes(fit.least_bytes) + " (" + bytes(memory->static_bytes()) +
+                                  " static, microbatches of 1 row, slices of " + std::to_string(problem.granularity) +
+                                  " tokens)";
+        if (!fit.fits && fit.least_bytes > budget)
+            throw tpipe::invalid_argument("no plan fits in " + bytes(budget) + " per device: the least any plan needs is " +
+                                          least + "; give more memory, more stages or more tensor parallelism");
+        if (!fit.fits && per)
+            throw tpipe::invalid_argument("the optimal per-microbatch plan needs " + bytes(fit.bytes) +
+                                          " per device, more than --memory-per-device; use --shared-cut to search "
+                                          "the plans that fit");
+        if (!fit.fits)
+            throw tpipe::invalid_argument("no plan of the DP's microbatches [" + list(plan.microbatches) +
+                                          "] found that fits in " + bytes(budget) + " per device after " +
+                                          std::to_string(fit.nodes) + " partial cuts; the least any plan needs is " +
+                                          least + "; try --max-microbatch 1 or more memory");
+        plan = fit.plan;
+        memory_fallback = !fit.certified;
+    }
+    std::optional<tpipe::schedule_choice> choice;
+    if (schedule) {
+                const tpipe::memory_model* mem = memory ? &*memory : nullptr;
+        choice = analytic ? tpipe::choose_by_schedule(model, problem, plan, *schedule,
+                                                      tpipe::link_priced_costs(*analytic), ranking, mem, budget)
+                          : tpipe::choose_by_schedule(model, problem, plan, *schedule, tpipe::latency_costs(model),
+                                                      ranking, mem, budget);
+    }
     const auto uniform = tpipe::best_uniform(model, problem, plan.microbatches);
     const auto gpipe = tpipe::best_microbatch_only(model, problem);
     const double speedup = plan.objective > 0 ? gpipe.objective / plan.objective : 1.0;
@@ -169,6 +257,31 @@ int run_slice(tpipe::cli::args& a)
                                 {"exact", plan.stats.exact},
                                 {"lower_bound", plan.stats.lower_bound}};
         if (analytic) out["model"] = tpipe::to_json(*analytic);
+        if (memory)
+            out["memory"] = tpipe::json::object{{"static_bytes", memory->static_bytes()},
+                                                {"parameters", memory->parameters()},
+                                                {"bytes_per_parameter", memory->options().bytes_per_parameter()},
+                                                {"all_alive_activation_bytes", memory->all_alive_bytes(plan.scheme())},
+                                                {"peak_bytes", all_alive(plan)},
+                                                {"budget_bytes", has_budget ? tpipe::json::value(budget) : nullptr}};
+        if (choice) {
+            auto candidate = [&](const tpipe::scheduled_plan& c) {
+                tpipe::json::array act;
+                for (double b : c.activation_bytes) act.emplace_back(b);
+                return tpipe::json::object{{"slices", lengths(c.plan.slices.front())},
+                                           {"microbatches", lengths(c.plan.microbatches)},
+                                           {"objective", c.plan.objective},
+                                           {"simulated_makespan", c.makespan},
+                                           {"activation_bytes_per_rank", std::move(act)},
+                                           {"peak_bytes", c.peak_bytes}};
+            };
+            out["schedule"] = tpipe::json::object{{"name", *schedule},
+                                                  {"candidates", static_cast<double>(choice->candidates.size())},
+                                                  {"complete", choice->ranking.complete},
+                                                  {"within", ranking.within},
+                                                  {"dp_plan", candidate(choice->candidates.front())},
+                                                  {"chosen", candidate(choice->candidates[choice->chosen])}};
+        }
         std::cout << tpipe::json::dump(out) << "\n";
         return 0;
     }
@@ -203,6 +316,8 @@ int run_slice(tpipe::cli::args& a)
               << uniform.objective / plan.objective << "x over uniform\n";
     if (plan.stats.exact) {
         std::cout << "exact             yes\n";
+    } else if (memory_fallback) {
+        std::cout << "exact             no: the best uniform cut that fits --memory-per-device\n";
     } else {
         std::cout << "exact             no: balanced partitions only (more than " << problem.max_partitions
                   << " partitions of B)";
@@ -212,6 +327,36 @@ int run_slice(tpipe::cli::args& a)
         std::cout << "\n";
     }
     std::cout << "solve time        " << std::setprecision(3) << plan.stats.solve_seconds << " s\n";
+    std::cout << std::defaultfloat << std::setprecision(6);
+    if (memory) {
+        if (plan.slices != dp_plan.slices)
+            std::cout << "memory            the DP's optimum (" << dp_plan.objective << " s) needs "
+                      << bytes(all_alive(dp_plan)) << ": the plan above is "
+                      << (memory_fallback ? "the best uniform cut that fits (the exact search stopped; not certified)"
+                                          : "the best that fits (microbatches as the DP's)")
+                      << "\n";
+        std::cout << "memory            " << bytes(all_alive(plan)) << " per device"
+                  << (has_budget ? " of " + bytes(budget) : std::string()) << " = static " << bytes(memory->static_bytes())
+                  << " (" << memory->parameters() << " parameters x " << memory->options().bytes_per_parameter()
+                  << " B: fp16 weights and gradients, fp32 master, Adam) + activations "
+                  << bytes(memory->all_alive_bytes(plan.scheme())) << " (every unit alive: GPipe's first stage)\n";
+    }
+    if (choice) {
+        const auto& dp = choice->candidates.front();
+        const auto& best = choice->candidates[choice->chosen];
+        std::cout << "schedule          " << *schedule << ", " << choice->candidates.size()
+                  << " plans simulated (the DP's and the best cuts of its microbatches by objective; "
+                  << (choice->ranking.complete ? "all" : "not all") << " within " << 100 * ranking.within
+                  << " % of it)" << (analytic ? ", link transfers separate" : ", transfers inside t") << "\n";
+        auto show = [&](const char* label, const tpipe::scheduled_plan& c) {
+            std::cout << label << "objective " << c.plan.objective << " s, simulated " << c.makespan << " s ("
+                      << std::showpos << 100 * (c.makespan / c.plan.objective - 1) << std::noshowpos << " %)";
+            if (memory) std::cout << ", peak " << bytes(c.peak_bytes);
+            std::cout << "; slices " << runs(c.plan.slices.front()) << "\n";
+        };
+        show("  DP plan         ", dp);
+        show("  chosen          ", best);
+    }
     return 0;
 }
 

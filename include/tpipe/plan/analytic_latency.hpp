@@ -194,8 +194,16 @@ public:
             const double V = vocab_per_rank();
             stage += 3 * roof(2 * m * H * V, p * (m * H + H * V + m * V));
         }
-        stage += 2 * (link_.latency + p * m * H / link_rate());
-        return stage;
+        return stage + 2 * transfer_seconds(b, s);
+    }
+
+    //! One message between stages (the activation forward or its gradient backward) of a
+    //! b x s unit: part of seconds(), which pays two; simulators with link resources price it
+    //! separately.
+    double transfer_seconds(std::int64_t b, std::int64_t s) const
+    {
+        return link_.latency + opt_.precision_bytes * static_cast<double>(b) * static_cast<double>(s) *
+                                   static_cast<double>(model_.hidden) / link_rate();
     }
 
     //! Weight elements of one layer on one tensor-parallel rank (the four GEMMs).

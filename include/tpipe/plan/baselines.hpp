@@ -7,6 +7,7 @@
 //     TeraPipe's uniform_slice) shared by the given microbatches, over every m.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -75,9 +76,11 @@ slicing_plan best_microbatch_only(const M& model, const slicing_problem& problem
     return plan;
 }
 
-//! The best uniform token slicing shared by microbatches of the given sizes.
+//! The best uniform token slicing shared by microbatches of the given sizes (among those
+//! `accept` takes, if given; objective +inf when it takes none).
 template <latency_model M>
-slicing_plan best_uniform(const M& model, const slicing_problem& problem, const std::vector<std::int64_t>& microbatches)
+slicing_plan best_uniform(const M& model, const slicing_problem& problem, const std::vector<std::int64_t>& microbatches,
+                          const std::function<bool(const slicing_plan&)>& accept = {})
 {
     detail::slicing::validate(problem);
     detail::require(!microbatches.empty(), "uniform baseline: give at least one microbatch size");
@@ -94,7 +97,7 @@ slicing_plan best_uniform(const M& model, const slicing_problem& problem, const 
         for (std::int64_t i = 0; i < m; ++i) lengths.push_back((n / m + (i < n % m ? 1 : 0)) * G);
         plan.slices.assign(microbatches.size(), lengths);
         plan.objective = pipeline_objective(model, plan.scheme(), K, &plan.t_max, &plan.sum);
-        if (plan.objective < best.objective) best = std::move(plan);
+        if (plan.objective < best.objective && (!accept || accept(plan))) best = std::move(plan);
     }
     return best;
 }
