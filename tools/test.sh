@@ -3,9 +3,9 @@
 # Usage: tools/test.sh            (build dir: build/, override with BUILD_DIR=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh python3-torch libopenmpi-dev openmpi-bin   # Open MPI: the MPI tree is built and tested too
+bash tools/setup.sh python3-torch libopenmpi-dev openmpi-bin libtorch-dev   # Open MPI: the MPI tree is built and tested too
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPIPE_WERROR=ON -DTPIPE_BUILD_TESTS=ON \
-      -DTPIPE_BUILD_EXAMPLES=ON -DTPIPE_BUILD_BENCHMARKS=ON -DTPIPE_ENABLE_MPI=ON >/dev/null
+      -DTPIPE_BUILD_EXAMPLES=ON -DTPIPE_BUILD_BENCHMARKS=ON -DTPIPE_ENABLE_MPI=ON -DTPIPE_BUILD_LIBTORCH_EXAMPLES=ON >/dev/null
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

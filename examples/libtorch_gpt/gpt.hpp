@@ -1,0 +1,109 @@
+#pragma once
+// A small GPT in ordinary libtorch style: modules with forward(Tensor) -> Tensor chained in a
+// torch::nn::Sequential. Two lines are tpipe's: the token embedding asks at which position the
+// current token slice starts, and attention keeps the keys and values of earlier slices in a
+// tpipe::libtorch::kv_cache. Outside a pipeline both are no-ops (a whole sequence, no cache).
+#include <cmath>
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include <tpipe/adapters/libtorch.hpp>
+
+namespace libtorch_gpt {
+
+struct config {
+    std::int64_t vocab = 256;  // byte-level tokens
+    std::int64_t seq_len = 64;
+    std::int64_t d_model = 64;
+    std::int64_t heads = 4;
+    std::int64_t layers = 4;
+};
+
+// [snippet:model]
+//! Token and position embeddings: [rows, tokens] ids -> [rows, tokens, d_model].
+struct EmbeddingsImpl : torch::nn::Module {
+    torch::nn::Embedding token{nullptr}, position{nullptr};
+    explicit EmbeddingsImpl(const config& c)
+        : token(register_module("token", torch::nn::Embedding(c.vocab, c.d_model))),
+          position(register_module("position", torch::nn::Embedding(c.seq_len, c.d_model)))
+    {
+    }
+    torch::Tensor forward(torch::Tensor ids)
+    {
+        const std::int64_t t0 = tpipe::libtorch::context_tokens();  // where this token slice starts
+        return token(ids) + position(torch::arange(t0, t0 + ids.size(1), ids.options()));
+    }
+};
+TORCH_MODULE(Embeddings);
+
+//! Causal self-attention; across token slices, earlier slices' keys and values come from the cache.
+struct AttentionImpl : torch::nn::Module {
+    std::int64_t heads;
+    torch::nn::Linear qkv{nullptr}, out{nullptr};
+    tpipe::libtorch::kv_cache cache;
+    explicit AttentionImpl(const config& c)
+        : heads(c.heads), qkv(register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model))),
+          out(register_module("out", torch::nn::Linear(c.d_model, c.d_model)))
+    {
+    }
+    torch::Tensor forward(torch::Tensor x)
+    {
+        const std::int64_t rows = x.size(0), tokens = x.size(1), d = x.size(2);
+        auto split = qkv(x).view({rows, tokens, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});  // 3 x [r, h, t, dh]
+        auto [k, v] = cache.extend(split[1], split[2]);  // keys/values of tokens [0, end of slice)
+        const std::int64_t context = k.size(2) - tokens;
+        auto scores = torch::matmul(split[0], k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d / heads));
+        auto allowed = torch::ones({tokens, context + tokens}, x.options().dtype(torch::kBool)).tril(context);
+        auto y = torch::matmul(torch::softmax(scores.masked_fill(allowed.logical_not(), -INFINITY), -1), v);
+        return out(y.permute({0, 2, 1, 3}).reshape({rows, tokens, d}));
+    }
+};
+TORCH_MODULE(Attention);
+
+//! Pre-norm transformer block.
+struct BlockImpl : torch::nn::Module {
+    torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+    Attention attention{nullptr};
+    torch::nn::Sequential mlp{nullptr};
+    explicit BlockImpl(const config& c)
+        : ln1(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
+          ln2(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
+          attention(register_module("attention", Attention(c))),
+          mlp(register_module("mlp", torch::nn::Sequential(torch::nn::Linear(c.d_model, 4 * c.d_model),
+                                                           torch::nn::GELU(),
+                                                           torch::nn::Linear(4 * c.d_model, c.d_model))))
+    {
+    }
+    torch::Tensor forward(torch::Tensor x)
+    {
+        x = x + attention(ln1(x));
+        return x + mlp->forward(ln2(x));
+    }
+};
+TORCH_MODULE(Block);
+
+//! Final norm and the language-model head: [rows, tokens, d_model] -> logits [rows, tokens, vocab].
+struct HeadImpl : torch::nn::Module {
+    torch::nn::LayerNorm ln{nullptr};
+    torch::nn::Linear logits{nullptr};
+    explicit HeadImpl(const config& c)
+        : ln(register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})))),
+          logits(register_module("logits", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.vocab).bias(false))))
+    {
+    }
+    torch::Tensor forward(torch::Tensor x) { return logits(ln(x)); }
+};
+TORCH_MODULE(Head);
+
+//! The model: embeddings, `layers` blocks, head.
+inline torch::nn::Sequential make_gpt(const config& c)
+{
+    auto model = torch::nn::Sequential(Embeddings(c));
+    for (std::int64_t i = 0; i < c.layers; ++i) model->push_back(Block(c));
+    model->push_back(Head(c));
+    return model;
+}
+// [/snippet]
+
+} // namespace libtorch_gpt

@@ -1,0 +1,173 @@
+// train_libtorch_gpt: trains the libtorch GPT (gpt.hpp) pipelined by tpipe, or plainly.
+//
+//   train_libtorch_gpt --stages 2 --schedule zb-h1 --slicer grid:2:32,32 --steps 20 --check
+//   mpirun -np 2 train_libtorch_gpt --transport mpi --stages 2 --check
+//
+// Exit status: 0 ok, 1 failure, 2 bad flags, 3 --check found a difference from plain libtorch.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+#include <tpipe/mpi/environment.hpp>
+#endif
+
+#include "training.hpp"
+
+#ifndef TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS
+#define TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
+#endif
+
+namespace {
+
+struct usage_error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+const char* usage_text =
+    "usage: train_libtorch_gpt [flags]\n"
+    "  --layers N --d-model N --heads N --seq-len N   model (default 4, 64, 4, 64)\n"
+    "  --batch N         sequences per step (default 8)\n"
+    "  --steps N         training steps (default 20)\n"
+    "  --lr X            AdamW learning rate (default 1e-3)\n"
+    "  --seed N          initialisation and data seed (default 1)\n"
+    "  --stages P        pipeline stages = ranks (default 2)\n"
+    "  --schedule NAME   a runnable schedule of tpipe's registry: 1f1b, zb-h1, gpipe, ... (default 1f1b)\n"
+    "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... (default microbatch:4)\n"
+    "  --transport T     threads (default): a CPU thread per stage; mpi: an MPI process per stage\n"
+    "                    (mpirun -np P); none: plain libtorch, no tpipe\n"
+    "  --threads N       libtorch intra-op threads per process (default: libtorch's)\n"
+    "  --data FILE       training text, bytes are tokens (default: examples/gpt's tiny corpus)\n"
+    "  --check           also train plain libtorch: losses and final weights must agree within --check-tol\n"
+    "  --check-tol X     relative tolerance of --check (default 1e-5)\n"
+    "  --json            one JSON summary line\n";
+
+long long integer(const std::string& flag, const std::string& v)
+{
+    std::size_t pos = 0;
+    long long x = 0;
+    try {
+        x = std::stoll(v, &pos);
+    } catch (...) {
+        pos = 0;
+    }
+    if (v.empty() || pos != v.size() || x < 0) throw usage_error(flag + " needs a non-negative integer, got '" + v + "'");
+    return x;
+}
+
+double number(const std::string& flag, const std::string& v)
+{
+    std::size_t pos = 0;
+    double x = 0;
+    try {
+        x = std::stod(v, &pos);
+    } catch (...) {
+        pos = 0;
+    }
+    if (v.empty() || pos != v.size() || !(x > 0)) throw usage_error(flag + " needs a positive number, got '" + v + "'");
+    return x;
+}
+
+struct flags {
+    libtorch_gpt::options o;
+    bool check = false, json = false;
+    double check_tol = 1e-5;
+};
+
+flags parse(int argc, char** argv)
+{
+    flags f;
+    f.o.data = TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw usage_error(a + " needs a value");
+            return argv[++i];
+        };
+        if (a == "--help" || a == "-h") {
+            std::cout << usage_text;
+            std::exit(0);
+        } else if (a == "--layers") f.o.layers = integer(a, value());
+        else if (a == "--d-model") f.o.d_model = integer(a, value());
+        else if (a == "--heads") f.o.heads = integer(a, value());
+        else if (a == "--seq-len") f.o.seq_len = integer(a, value());
+        else if (a == "--batch") f.o.batch = static_cast<int>(integer(a, value()));
+        else if (a == "--steps") f.o.steps = static_cast<int>(integer(a, value()));
+        else if (a == "--lr") f.o.lr = number(a, value());
+        else if (a == "--seed") f.o.seed = static_cast<std::uint64_t>(integer(a, value()));
+        else if (a == "--stages") f.o.stages = static_cast<int>(integer(a, value()));
+        else if (a == "--schedule") f.o.schedule = value();
+        else if (a == "--slicer") f.o.slicer = value();
+        else if (a == "--transport") f.o.transport = value();
+        else if (a == "--threads") f.o.threads = static_cast<int>(integer(a, value()));
+        else if (a == "--data") f.o.data = value();
+        else if (a == "--check") f.check = true;
+        else if (a == "--check-tol") f.check_tol = number(a, value());
+        else if (a == "--json") f.json = true;
+        else throw usage_error("unknown flag '" + a + "'");
+    }
+    for (auto [name, v] : {std::pair{"--layers", f.o.layers}, {"--d-model", f.o.d_model}, {"--heads", f.o.heads},
+                           {"--seq-len", f.o.seq_len}, {"--batch", std::int64_t{f.o.batch}},
+                           {"--steps", std::int64_t{f.o.steps}}, {"--stages", std::int64_t{f.o.stages}}})
+        if (v < 1) throw usage_error(std::string(name) + " must be at least 1");
+    return f;
+}
+
+int run(const flags& f)
+{
+    const libtorch_gpt::result r = libtorch_gpt::train(f.o);
+    double loss_rel = 0, weights_rel = 0;
+    bool ok = true;
+    if (f.check) {
+        libtorch_gpt::options plain = f.o;
+        plain.transport = "none";
+        const libtorch_gpt::result ref = libtorch_gpt::train(plain);
+        loss_rel = libtorch_gpt::relative_difference(r.losses, ref.losses);
+        weights_rel = libtorch_gpt::relative_difference(r.weights, ref.weights);
+        ok = loss_rel <= f.check_tol && weights_rel <= f.check_tol;
+    }
+    if (!r.speaks) return ok ? 0 : 3;
+    if (f.json) {
+        std::printf("{\"transport\":\"%s\",\"stages\":%d,\"schedule\":\"%s\",\"slicer\":\"%s\",\"steps\":%d,"
+                    "\"first_loss\":%.6f,\"last_loss\":%.6f,\"tokens_per_s\":%.1f",
+                    f.o.transport.c_str(), f.o.stages, f.o.schedule.c_str(), f.o.slicer.c_str(), f.o.steps,
+                    r.losses.front(), r.losses.back(), r.tokens_per_s);
+        if (f.check) std::printf(",\"check_loss_rel\":%.3g,\"check_weights_rel\":%.3g,\"check_ok\":%s", loss_rel,
+                                 weights_rel, ok ? "true" : "false");
+        std::printf("}\n");
+    } else {
+        for (std::size_t s = 0; s < r.losses.size(); ++s) std::printf("step %zu  loss %.4f\n", s + 1, r.losses[s]);
+        std::printf("%s, %d stage(s), %s, %s: %.0f tokens/s\n", f.o.transport.c_str(), f.o.stages,
+                    f.o.schedule.c_str(), f.o.slicer.c_str(), r.tokens_per_s);
+        if (f.check)
+            std::printf("check against plain libtorch: losses %.3g, final weights %.3g relative difference "
+                        "(tolerance %.3g): %s\n",
+                        loss_rel, weights_rel, f.check_tol, ok ? "MATCH" : "MISMATCH");
+    }
+    return ok ? 0 : 3;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    try {
+        const flags f = parse(argc, argv);
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        if (f.o.transport == "mpi") {
+            tpipe::mpi::environment env(argc, argv);
+            return run(f);
+        }
+#endif
+        return run(f);
+    } catch (const usage_error& e) {
+        std::cerr << "train_libtorch_gpt: " << e.what() << "\n(run train_libtorch_gpt --help for the flags)\n";
+        return 2;
+    } catch (const std::exception& e) {
+        std::cerr << "train_libtorch_gpt: " << e.what() << "\n";
+        return 1;
+    }
+}

@@ -1,0 +1,236 @@
+// The libtorch GPT trained plainly and pipelined (see training.hpp). The regions between
+// [snippet:...] markers are the code shown in docs/libtorch.md (tools/snippets.py keeps them equal).
+#include "training.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <type_traits>
+
+#include <torch/torch.h>
+
+#include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/exec/run.hpp>
+#include <tpipe/schedule/by_name.hpp>
+#include <tpipe/slice/spec.hpp>
+
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+#include <tpipe/mpi/transport.hpp>
+#endif
+
+#include "gpt.hpp"
+
+namespace libtorch_gpt {
+
+namespace F = torch::nn::functional;
+
+double relative_difference(const std::vector<double>& a, const std::vector<double>& b)
+{
+    if (a.size() != b.size()) return INFINITY;
+    double num = 0, den = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+namespace {
+
+//! Random windows of the text: inputs and next-token targets, [batch, seq_len] int64 each.
+class corpus {
+public:
+    corpus(const std::string& path, std::uint64_t seed) : rng_(seed)
+    {
+        std::ifstream in(path, std::ios::binary);
+        if (!in) throw std::runtime_error("cannot read the data file '" + path + "'");
+        text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    std::pair<torch::Tensor, torch::Tensor> batch(int rows, std::int64_t seq_len)
+    {
+        if (static_cast<std::int64_t>(text_.size()) <= seq_len)
+            throw std::runtime_error("the data file has " + std::to_string(text_.size()) + " bytes; --seq-len " +
+                                     std::to_string(seq_len) + " needs more");
+        auto window = torch::empty({rows, seq_len + 1}, torch::kLong);
+        auto w = window.accessor<std::int64_t, 2>();
+        std::uniform_int_distribution<std::size_t> start(0, text_.size() - static_cast<std::size_t>(seq_len) - 1);
+        for (int r = 0; r < rows; ++r) {
+            const std::size_t s = start(rng_);
+            for (std::int64_t t = 0; t <= seq_len; ++t) w[r][t] = static_cast<unsigned char>(text_[s + t]);
+        }
+        return {window.slice(1, 0, seq_len).contiguous(), window.slice(1, 1, seq_len + 1).contiguous()};
+    }
+
+private:
+    std::string text_;
+    std::mt19937_64 rng_;
+};
+
+std::vector<double> flatten(const torch::nn::Module& m)
+{
+    std::vector<double> out;
+    for (const auto& p : m.parameters()) {
+        auto d = p.detach().to(torch::kDouble).contiguous();
+        out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+    }
+    return out;
+}
+
+//! Module cuts: the embeddings on the first stage, the head on the last, blocks spread evenly.
+std::vector<std::size_t> even_cuts(std::int64_t layers, int stages)
+{
+    if (stages < 1 || stages > layers)
+        throw tpipe::invalid_argument("--stages " + std::to_string(stages) + ": every stage needs at least one of the " +
+                                      std::to_string(layers) + " blocks (use 1.." + std::to_string(layers) + ")");
+    std::vector<std::size_t> cuts{0};
+    std::size_t at = 1;  // after the embeddings
+    for (int i = 0; i < stages; ++i) {
+        at += static_cast<std::size_t>(layers / stages + (i < layers % stages ? 1 : 0));
+        cuts.push_back(i + 1 == stages ? at + 1 : at);  // the last stage also runs the head
+    }
+    return cuts;
+}
+
+//! What every transport needs: the model, its optimizer and the data, as a trainer has them.
+struct trainer {
+    config cfg;
+    torch::nn::Sequential model{nullptr};
+    std::unique_ptr<torch::optim::AdamW> optimizer;
+    corpus data;
+
+    explicit trainer(const options& o)
+        : cfg{.vocab = 256, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .layers = o.layers},
+          data(o.data, o.seed)
+    {
+        if (o.d_model % o.heads != 0)
+            throw tpipe::invalid_argument("--heads " + std::to_string(o.heads) + " must divide --d-model " +
+                                          std::to_string(o.d_model));
+        if (o.threads > 0) torch::set_num_threads(o.threads);
+        torch::manual_seed(o.seed);
+        model = make_gpt(cfg);
+        optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(o.lr));
+    }
+};
+
+// [snippet:plain-step]
+//! One training step of plain libtorch.
+double plain_step(torch::nn::Sequential& model, torch::optim::Optimizer& optimizer, const torch::Tensor& inputs,
+                  const torch::Tensor& targets)
+{
+    optimizer.zero_grad();
+    auto logits = model->forward(inputs);
+    auto loss = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    loss.backward();
+    optimizer.step();
+    return loss.item<double>();
+}
+// [/snippet]
+
+//! The last stage's logits of one unit -> the gradient of the batch's mean loss; adds the unit's
+//! share of the loss to `loss_sum`.
+torch::Tensor loss_gradient(const tpipe::unit& u, torch::Tensor logits, const torch::Tensor& targets,
+                            double& loss_sum)
+{
+    // [snippet:loss]
+    auto y = logits.requires_grad_();  // a leaf: y.grad() is what the last stage's backward gets
+    auto t = targets.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end);
+    auto loss = F::cross_entropy(y.reshape({-1, y.size(-1)}), t.reshape({-1}),
+                                 F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+                static_cast<double>(targets.numel());  // this unit's share of the batch mean
+    loss.backward();
+    loss_sum += loss.item<double>();
+    return y.grad();
+    // [/snippet]
+}
+
+template <class Transport>
+result pipelined(const options& o, trainer& tr, Transport* over)
+{
+    const auto cuts = even_cuts(o.layers, o.stages);
+    const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
+    // [snippet:pipeline]
+    // The model cut into stages (modules [cuts[i], cuts[i+1]) on stage i) and a schedule for them.
+    tpipe::uniform_pipeline<tpipe::libtorch::module_stage> pipe(tpipe::libtorch::cut(tr.model, cuts));
+    const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
+    tpipe::cpu_engine engine(over ? 1 : o.stages);  // under MPI this process runs one rank
+    // [/snippet]
+    using pipe_t = decltype(pipe);
+    using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
+    constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
+    std::unique_ptr<runner_t> runner;
+    if constexpr (local) runner = std::make_unique<runner_t>(pipe, prog, engine);
+    else runner = std::make_unique<runner_t>(pipe, prog, engine, *over);
+
+    result r;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int step = 0; step < o.steps; ++step) {
+        auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
+        // [snippet:step]
+        double loss = 0;
+        tpipe::io_for<pipe_t> io;
+        io.source = [&](const tpipe::unit& u) {  // the first stage's input: this unit's token ids
+            return inputs.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end);
+        };
+        io.loss = [&](const tpipe::unit& u, torch::Tensor&& logits) {
+            return loss_gradient(u, std::move(logits), targets, loss);
+        };
+        tr.optimizer->zero_grad();
+        runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
+        // [/snippet]
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        if constexpr (!local) {
+            // Each process holds its stage's gradients (zeros elsewhere): summed, every process
+            // steps the whole model and keeps the same weights.
+            for (auto& p : tr.model->parameters()) {
+                if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+                tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, p.mutable_grad().data_ptr(),
+                                                static_cast<int>(p.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                                  "MPI_Allreduce (gradients over the pipeline ranks)");
+            }
+            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                              "MPI_Allreduce (loss)");
+        }
+#endif
+        tr.optimizer->step();
+        r.losses.push_back(loss);
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if constexpr (!local) r.speaks = over->process() == 0;
+    return r;
+}
+
+} // namespace
+
+result train(const options& o)
+{
+    trainer tr(o);
+    result r;
+    if (o.transport == "none") {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int step = 0; step < o.steps; ++step) {
+            auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
+            r.losses.push_back(plain_step(tr.model, *tr.optimizer, inputs, targets));
+        }
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    } else if (o.transport == "threads") {
+        r = pipelined<tpipe::local_transport>(o, tr, nullptr);
+    } else if (o.transport == "mpi") {
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(o.stages), 0);
+        r = pipelined(o, tr, &x);
+#else
+        throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
+#endif
+    } else {
+        throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
+    }
+    r.tokens_per_s = double(o.batch) * double(o.seq_len) * o.steps / r.seconds;
+    r.weights = flatten(*tr.model);
+    return r;
+}
+
+} // namespace libtorch_gpt

@@ -1,0 +1,42 @@
+#pragma once
+// Training the libtorch GPT (gpt.hpp): plainly, or pipelined by tpipe over CPU threads or MPI
+// processes. This interface has no libtorch type in it, so that the flag parsing of
+// train_libtorch_gpt.cpp and the tests compile without libtorch's headers.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace libtorch_gpt {
+
+struct options {
+    std::int64_t layers = 4, d_model = 64, heads = 4, seq_len = 64;
+    int batch = 8;
+    int steps = 20;
+    double lr = 1e-3;
+    std::uint64_t seed = 1;
+    //! none: plain libtorch, no tpipe; threads: one CPU thread per pipeline rank; mpi: one MPI
+    //! process per pipeline rank (inside an MPI environment).
+    std::string transport = "threads";
+    int stages = 2;
+    std::string schedule = "1f1b";      //!< any runnable schedule of tpipe's registry
+    std::string slicer = "microbatch:4";  //!< tpipe::scheme_from_spec
+    int threads = 0;                    //!< libtorch intra-op threads per process (0: libtorch's default)
+    std::string data;                   //!< training text (bytes are tokens)
+};
+
+struct result {
+    std::vector<double> losses;  //!< mean loss of every step
+    std::vector<double> weights;  //!< every parameter after the last step, flattened in model order
+    double seconds = 0;          //!< wall time of the steps
+    double tokens_per_s = 0;
+    bool speaks = true;          //!< this process reports (process 0 under MPI)
+};
+
+//! Trains `o.steps` steps from the same initialisation and data for every transport. Throws
+//! std::exception (tpipe::error for bad pipeline settings) on failure.
+result train(const options& o);
+
+//! ||a - b|| / ||b||
+double relative_difference(const std::vector<double>& a, const std::vector<double>& b);
+
+} // namespace libtorch_gpt

@@ -1,0 +1,27 @@
+# Tests of the libtorch adapter (include/tpipe/adapters/libtorch.hpp) and its example
+# (examples/libtorch_gpt). Included from tests/CMakeLists.txt; tpipe_libtorch_gpt and
+# train_libtorch_gpt are defined later (examples/ is added after tests/) and used by name.
+if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
+  add_executable(tpipe_tests_libtorch libtorch/test_libtorch.cpp)
+  target_link_libraries(tpipe_tests_libtorch PRIVATE tpipe_catch_main tpipe_libtorch_gpt)
+  target_compile_definitions(tpipe_tests_libtorch PRIVATE
+    TPIPE_TEST_CORPUS="${PROJECT_SOURCE_DIR}/examples/gpt/data/tiny_corpus.txt")
+  add_test(NAME libtorch COMMAND tpipe_tests_libtorch)
+  set_tests_properties(libtorch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+
+  # The example end to end: token slices under ZB-H1 against plain libtorch; a bad flag refused.
+  add_test(NAME libtorch_gpt_train
+           COMMAND train_libtorch_gpt --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
+                   --stages 2 --schedule zb-h1 --slicer grid:2:8,4,4 --check --json)
+  set_tests_properties(libtorch_gpt_train PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
+  set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
+
+  if(TPIPE_ENABLE_MPI)  # one MPI process per stage, against plain libtorch on every process
+    add_test(NAME libtorch_gpt_mpi
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>
+                     --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
+                     --stages 2 --schedule zb-h1 --slicer grid:2:8,8 --check --json)
+    set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  endif()
+endif()
