@@ -18,6 +18,7 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
+#include "gpt/elastic_loop.hpp"
 #include "gpt/elastic_plan.hpp"
 #include "gpt/frozen.hpp"
 #include "gpt/pipeline.hpp"
@@ -59,9 +60,6 @@ batch window_dataset::rows(std::span<const std::int64_t> ids) const
 }
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-double since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
 parameters<float> initial_weights(const config& cfg, std::uint64_t seed)
 {
@@ -146,140 +144,150 @@ struct state_snapshot {
     }
 };
 
+
+//! The thread backend of run_elastic_loop: every replica and stage in this process, one device
+//! (loop thread) per pipeline rank of every replica.
+class thread_backend {
+public:
+    thread_backend(const config& cfg, const window_dataset& data, const elastic_options& o, int threads)
+        : cfg_(cfg), data_(data), o_(o), hw_(threads), sampler_({.samples = data.samples(), .batch = o.batch, .seed = o.seed})
+    {
+        if (o.autocache)
+            cache_ = std::make_unique<frozen_prefix<float>::cache_type>(tpipe::elastic::cache_options{.host_bytes = o.cache_bytes});
+        reps_.push_back(std::make_unique<replica>(cfg, o));
+    }
+
+    bool reshape(const elastic_shape& next)
+    {
+        const state_snapshot before(*reps_.front());
+        const std::int64_t frozen_from = reps_.front()->opt.frozen();
+        for (auto& r : reps_) {
+            retire(*r);
+            r->tear_down();
+            r->opt.freeze(r->params.lay.frozen_end(next.frozen));
+        }
+        groups_.clear();
+        engine_.reset();
+        // AutoDP: new replicas (holding the initial weights), then replica 0's state to all.
+        const auto old_replicas = reps_.size();
+        while (static_cast<int>(reps_.size()) < next.replicas) {
+            reps_.push_back(std::make_unique<replica>(cfg_, o_));
+            reps_.back()->opt.freeze(reps_.back()->params.lay.frozen_end(next.frozen));
+        }
+        if (reps_.size() > old_replicas) {
+            tpipe::thread_group all(next.replicas);
+            on_threads(reps_.size(), [&](std::size_t d) {
+                auto member = all.member(static_cast<int>(d));
+                tpipe::sync_wait(receive_state(member, *reps_[d]));
+            });
+        }
+        bool kept = true;
+        for (auto& r : reps_) kept = before.held_by(*r, frozen_from) && kept;
+        // AutoPipe: the new pipelines, their runners and the gradient all-reduce.
+        shape_ = next;
+        const int K = shape_.stages, D = shape_.replicas, threads_per_part = std::max(1, hw_ / (K * D));
+        engine_ = std::make_unique<tpipe::cpu_engine>(K * D);
+        if (D > 1)
+            for (int s = 0; s < K; ++s) groups_.push_back(std::make_unique<tpipe::thread_group>(D));
+        const auto units = tpipe::microbatch_slicer{shape_.microbatches}.scheme(tpipe::batch_shape{o_.batch / D, cfg_.seq_len});
+        const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = K}, units);
+        for (int d = 0; d < D; ++d) {
+            replica& r = *reps_[static_cast<std::size_t>(d)];
+            r.model = std::make_unique<pipelined_model<float>>(r.params, K, threads_per_part, shape_.layer_cuts);
+            if (shape_.frozen > 0) {
+                r.prefix = std::make_unique<frozen_prefix<float>>(r.params, threads_per_part, cache_.get());
+                r.model->set_source([&r, dm = cfg_.d_model](const tpipe::unit& u) { return unit_slice(r.frozen_out, u, dm); });
+            }
+            tpipe::run_options opts;
+            for (int k = 0; k < K; ++k) opts.device_of_rank.push_back(d * K + k);
+            if (D > 1) {
+                for (auto& g : groups_) r.members.push_back(g->member(d));
+                std::vector<tpipe::thread_communicator*> comms;
+                for (auto& m : r.members) comms.push_back(&m);
+                r.dp = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r.model->pipe(), comms);
+                opts.after_backward = r.dp->hook();
+            }
+            r.runner = std::make_unique<replica::runner_t>(r.model->pipe(), prog, *engine_, opts);
+        }
+        return kept;
+    }
+
+    double step(std::int64_t step)
+    {
+        const int D = shape_.replicas;
+        on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
+            replica& r = *reps_[d];
+            const auto ids = sampler_.shard(step, static_cast<int>(d), D);
+            const batch b = data_.rows(ids);
+            if (shape_.frozen > 0) r.frozen_out = r.prefix->forward(b, ids, shape_.frozen);
+            r.model->begin_step(b);
+            r.runner->run(r.model->io());
+            r.loss = r.model->finish_step();
+        });
+        double loss = 0;
+        for (int d = 0; d < D; ++d) {
+            replica& r = *reps_[static_cast<std::size_t>(d)];
+            r.opt.step(r.params);
+            loss += r.loss / D;
+        }
+        return loss;
+    }
+
+    bool replicas_identical() const
+    {
+        for (int d = 1; d < shape_.replicas; ++d)
+            if (reps_[static_cast<std::size_t>(d)]->params.value != reps_.front()->params.value) return false;
+        return true;
+    }
+
+    frozen_prefix<float>::counters frozen_rows() const
+    {
+        auto c = retired_;
+        for (const auto& r : reps_)
+            if (r->prefix) add(c, r->prefix->count());
+        return c;
+    }
+    tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
+    std::vector<float> weights() const { return reps_.front()->params.value; }
+
+private:
+    static void add(frozen_prefix<float>::counters& c, const frozen_prefix<float>::counters& x)
+    {
+        c.full += x.full;
+        c.extended += x.extended;
+        c.cached += x.cached;
+    }
+    void retire(replica& r)
+    {
+        if (r.prefix) add(retired_, r.prefix->count());
+    }
+
+    const config& cfg_;
+    const window_dataset& data_;
+    const elastic_options& o_;
+    int hw_;
+    tpipe::elastic::epoch_sampler sampler_;
+    std::unique_ptr<frozen_prefix<float>::cache_type> cache_;
+    std::unique_ptr<tpipe::cpu_engine> engine_;  // declared before reps_: outlives the runners on it
+    std::vector<std::unique_ptr<replica>> reps_;
+    std::vector<std::unique_ptr<tpipe::thread_group>> groups_;
+    elastic_shape shape_;
+    frozen_prefix<float>::counters retired_;
+};
+
 } // namespace
 
 elastic_result train_elastic(const config& cfg, const window_dataset& data, const elastic_options& o,
                              const std::function<void(const interval_report&)>& on_interval)
 {
-    const int N = o.devices, B = o.batch;
-    if (N < 1) throw std::invalid_argument("elastic training needs at least 1 device, got " + std::to_string(N));
-    if (B % N != 0)
-        throw std::invalid_argument("the global batch (" + std::to_string(B) + ") must be a multiple of the " +
-                                    std::to_string(N) + " devices, so that any replica count shares it equally");
-    if (o.steps < 1) throw std::invalid_argument("elastic training needs at least 1 step");
-    tpipe::elastic::epoch_sampler sampler({.samples = data.samples(), .batch = B, .seed = o.seed});
-    const std::int64_t every = o.freeze_every > 0 ? o.freeze_every : sampler.steps_per_epoch();
+    if (o.devices < 1) throw std::invalid_argument("elastic training needs at least 1 device, got " + std::to_string(o.devices));
+    if (o.batch % o.devices != 0)
+        throw std::invalid_argument("the global batch (" + std::to_string(o.batch) + ") must be a multiple of the " +
+                                    std::to_string(o.devices) + " devices, so that any replica count shares it equally");
     const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-
-    elastic_planner planner(cfg, o, hw);
-    std::unique_ptr<frozen_prefix<float>::cache_type> cache;
-    if (o.autocache) cache = std::make_unique<frozen_prefix<float>::cache_type>(tpipe::elastic::cache_options{.host_bytes = o.cache_bytes});
-
-    elastic_result res;
-    std::vector<std::unique_ptr<replica>> reps;
-    reps.push_back(std::make_unique<replica>(cfg, o));
-    std::unique_ptr<tpipe::cpu_engine> engine;
-    std::vector<std::unique_ptr<tpipe::thread_group>> groups;
-    elastic_shape shape;
-    const auto t_run = clock_type::now();
-
-    for (int interval = 0; interval * every < o.steps; ++interval) {
-        const auto t_plan = clock_type::now();
-        const int frozen = planner.next_frozen(interval, shape.frozen);
-        const bool replan = interval == 0 || frozen != shape.frozen;
-        if (replan) {
-            const elastic_shape next = interval == 0 ? planner.initial() : planner.replan(frozen, shape.stages);
-            const state_snapshot before(*reps.front());
-            const std::int64_t frozen_from = reps.front()->opt.frozen();
-            for (auto& r : reps) {
-                r->tear_down();
-                r->opt.freeze(r->params.lay.frozen_end(next.frozen));
-            }
-            groups.clear();
-            engine.reset();
-            // AutoDP: new replicas, then every replica gets replica 0's state.
-            const int old_replicas = static_cast<int>(reps.size());
-            while (static_cast<int>(reps.size()) < next.replicas) {
-                reps.push_back(std::make_unique<replica>(cfg, o));
-                reps.back()->opt.freeze(reps.back()->params.lay.frozen_end(next.frozen));
-            }
-            if (next.replicas > old_replicas) {
-                tpipe::thread_group all(next.replicas);
-                on_threads(reps.size(), [&](std::size_t d) {
-                    auto member = all.member(static_cast<int>(d));
-                    tpipe::sync_wait(receive_state(member, *reps[d]));
-                });
-            }
-            for (auto& r : reps) res.replans_kept_weights = res.replans_kept_weights && before.held_by(*r, frozen_from);
-            // AutoPipe: the new pipelines, their runners and the gradient all-reduce.
-            shape = next;
-            const int K = shape.stages, D = shape.replicas, threads_per_part = std::max(1, hw / (K * D));
-            engine = std::make_unique<tpipe::cpu_engine>(K * D);
-            if (D > 1)
-                for (int s = 0; s < K; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
-            const auto units = tpipe::microbatch_slicer{shape.microbatches}.scheme(tpipe::batch_shape{B / D, cfg.seq_len});
-            const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = K}, units);
-            for (int d = 0; d < D; ++d) {
-                replica& r = *reps[static_cast<std::size_t>(d)];
-                r.model = std::make_unique<pipelined_model<float>>(r.params, K, threads_per_part, shape.layer_cuts);
-                if (shape.frozen > 0) {
-                    r.prefix = std::make_unique<frozen_prefix<float>>(r.params, threads_per_part, cache.get());
-                    r.model->set_source([&r, dm = cfg.d_model](const tpipe::unit& u) { return unit_slice(r.frozen_out, u, dm); });
-                }
-                tpipe::run_options opts;
-                for (int k = 0; k < K; ++k) opts.device_of_rank.push_back(d * K + k);
-                if (D > 1) {
-                    for (auto& g : groups) r.members.push_back(g->member(d));
-                    std::vector<tpipe::thread_communicator*> comms;
-                    for (auto& m : r.members) comms.push_back(&m);
-                    r.dp = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r.model->pipe(), comms);
-                    opts.after_backward = r.dp->hook();
-                }
-                r.runner = std::make_unique<replica::runner_t>(r.model->pipe(), prog, *engine, opts);
-            }
-        }
-        interval_report rep;
-        rep.plan = shape.record(interval, o.autocache);
-        rep.layer_cuts = shape.layer_cuts;
-        rep.replan_seconds = replan ? since(t_plan) : 0;
-        rep.first_step = interval * every;
-        rep.steps = std::min(every, o.steps - rep.first_step);
-        const int D = shape.replicas;
-        auto frozen_rows = [&] {
-            frozen_prefix<float>::counters c;
-            for (int d = 0; d < D; ++d)
-                if (auto& p = reps[static_cast<std::size_t>(d)]->prefix) {
-                    c.full += p->count().full;
-                    c.extended += p->count().extended;
-                    c.cached += p->count().cached;
-                }
-            return c;
-        };
-        const auto rows_before = frozen_rows();
-        const auto t0 = clock_type::now();
-        double loss_sum = 0;
-        for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step) {
-            on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {
-                replica& r = *reps[d];
-                const auto ids = sampler.shard(step, static_cast<int>(d), D);
-                const batch b = data.rows(ids);
-                if (shape.frozen > 0) r.frozen_out = r.prefix->forward(b, ids, shape.frozen);
-                r.model->begin_step(b);
-                r.runner->run(r.model->io());
-                r.loss = r.model->finish_step();
-            });
-            for (int d = 0; d < D; ++d) {
-                replica& r = *reps[static_cast<std::size_t>(d)];
-                r.opt.step(r.params);
-                loss_sum += r.loss / D;
-            }
-        }
-        rep.seconds = since(t0);
-        rep.mean_loss = loss_sum / static_cast<double>(rep.steps);
-        rep.plan.measured_throughput = static_cast<double>(rep.steps * B) / rep.seconds;
-        for (int d = 1; d < D; ++d)
-            res.replicas_identical = res.replicas_identical && reps[static_cast<std::size_t>(d)]->params.value == reps.front()->params.value;
-        if (cache) rep.cache = cache->stats();
-        const auto rows_after = frozen_rows();
-        rep.rows_computed = rows_after.full - rows_before.full;
-        rep.rows_extended = rows_after.extended - rows_before.extended;
-        rep.rows_cached = rows_after.cached - rows_before.cached;
-        if (on_interval) on_interval(rep);
-        res.intervals.push_back(std::move(rep));
-    }
-    res.seconds = since(t_run);
-    res.weights = reps.front()->params.value;
-    return res;
+    const elastic_planner planner(cfg, o, hw);
+    thread_backend be(cfg, data, o, hw);
+    return run_elastic_loop(data, o, planner, be, on_interval);
 }
 
 std::vector<float> train_frozen_reference(const config& cfg, const window_dataset& data, const elastic_options& o,
