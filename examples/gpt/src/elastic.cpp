@@ -215,11 +215,12 @@ public:
     double step(std::int64_t step)
     {
         const int D = shape_.replicas;
+        std::vector<std::vector<std::int64_t>> ids;  // drawn here: the sampler is not thread-safe
+        for (int d = 0; d < D; ++d) ids.push_back(sampler_.shard(step, d, D));
         on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
             replica& r = *reps_[d];
-            const auto ids = sampler_.shard(step, static_cast<int>(d), D);
-            const batch b = data_.rows(ids);
-            if (shape_.frozen > 0) r.frozen_out = r.prefix->forward(b, ids, shape_.frozen);
+            const batch b = data_.rows(ids[d]);
+            if (shape_.frozen > 0) r.frozen_out = r.prefix->forward(b, ids[d], shape_.frozen);
             r.model->begin_step(b);
             r.runner->run(r.model->io());
             r.loss = r.model->finish_step();

@@ -16,6 +16,7 @@
 //   see every sample once, whenever D changes (AutoDP changes it at a re-plan).
 // - samples must be a multiple of batch (a dataset is trimmed to whole batches), and batch a
 //   multiple of the replica count; anything else is refused with a tpipe::invalid_argument.
+// - Not thread-safe (it keeps the current epoch's permutation): draw the shards on one thread.
 #include <cstdint>
 #include <numeric>
 #include <utility>
