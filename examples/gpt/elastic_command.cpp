@@ -3,6 +3,8 @@
 #include "elastic_command.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -75,7 +77,8 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
 //! replicas. The optimizer step is replicated, as in train_gpt --transport mpi: gradients are
 //! summed over the pipeline ranks and every process steps the whole model, so every process
 //! holds the weights and the optimizer state; a re-plan broadcasts process 0's to all anyway
-//! (the new replicas' hand-over), and checks nothing changed.
+//! (the new replicas' hand-over), and checks nothing changed. The processes' caches share one
+//! directory, so a sample's cached output is found by whichever replica draws it next.
 class mpi_backend {
 public:
     mpi_backend(const gpt::config& cfg, const gpt::window_dataset& data, const gpt::elastic_options& o, int threads)
@@ -83,11 +86,30 @@ public:
           opt_((params_.init(o.seed), params_), o.opt), sampler_({.samples = data.samples(), .batch = o.batch, .seed = o.seed}),
           world_(tpipe::mpi::communicator::world())
     {
-        if (o.autocache)
-            cache_ = std::make_unique<gpt::frozen_prefix<float>::cache_type>(tpipe::elastic::cache_options{.host_bytes = o.cache_bytes});
         me_ = world_.rank();
+        if (o.autocache) {  // one directory for the processes' caches (one machine), made by process 0
+            std::string dir(4096, '\0');
+            if (me_ == 0) {
+                std::string templ = (std::filesystem::temp_directory_path() / "tpipe-elastic-cache-XXXXXX").string();
+                if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a cache directory in " + templ);
+                std::copy(templ.begin(), templ.end(), dir.begin());
+            }
+            tpipe::mpi::check(MPI_Bcast(dir.data(), static_cast<int>(dir.size()), MPI_CHAR, 0, world_.native()), "MPI_Bcast");
+            shared_dir_ = dir.c_str();
+            cache_ = std::make_unique<gpt::frozen_prefix<float>::cache_type>(
+                tpipe::elastic::cache_options{.host_bytes = o.cache_bytes, .shared_directory = shared_dir_});
+        }
     }
-    ~mpi_backend() { tear_down(); }
+    ~mpi_backend()
+    {
+        tear_down();
+        cache_.reset();
+        if (!shared_dir_.empty()) {
+            MPI_Barrier(world_.native());  // every process is done with the shared entries
+            std::error_code ec;
+            if (me_ == 0) std::filesystem::remove_all(shared_dir_, ec);
+        }
+    }
 
     bool reshape(const gpt::elastic_shape& next)
     {
@@ -216,6 +238,7 @@ private:
     int me_ = 0, replica_ = 0, rank_ = 0;
     gpt::elastic_shape shape_;
     tpipe::cpu_engine engine_{1};
+    std::filesystem::path shared_dir_;
     std::unique_ptr<gpt::frozen_prefix<float>::cache_type> cache_;
     std::unique_ptr<tpipe::mpi::transport> transport_;
     std::unique_ptr<tpipe::mpi::communicator> pipeline_, replicas_;

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <unistd.h>
 #include <set>
 #include <string>
 #include <vector>
@@ -110,6 +111,31 @@ TEST_CASE("activation_cache: bitwise round trip in memory and on disk, one level
         REQUIRE(st.misses == 1);
     }
     REQUIRE_FALSE(std::filesystem::exists(dir));  // the spill directory goes with the cache
+}
+
+TEST_CASE("activation_cache: caches sharing a directory see each other's entries and levels", "[elastic]")
+{
+    using act = gpt::activation<float>;
+    const auto dir = std::filesystem::temp_directory_path() / ("tpipe-test-shared-" + std::to_string(::getpid()));
+    std::filesystem::create_directory(dir);
+    {
+        tpipe::elastic::activation_cache<act> a({.shared_directory = dir}), b({.shared_directory = dir});
+        const act x{1, 3, {1.5f, -2.0f, 3.25f}}, y{1, 3, {7.0f, 8.0f, -9.5f}};
+        a.put(5, 1, x);
+        auto h = b.get(5);  // written by the other cache (another process)
+        REQUIRE(h);
+        REQUIRE(h->level == 1);
+        REQUIRE(h->value.data == x.data);
+        b.put(5, 4, y);  // extended elsewhere
+        h = a.get(5);
+        REQUIRE(h->level == 4);
+        REQUIRE(h->value.data == y.data);
+        REQUIRE_THROWS_AS(a.put(5, 2, x), tpipe::invalid_argument);  // a knows of level 4 now
+        REQUIRE_FALSE(a.get(6));
+    }
+    REQUIRE(std::filesystem::exists(dir));  // the caller's directory
+    std::filesystem::remove_all(dir);
+    REQUIRE_THROWS_AS(tpipe::elastic::activation_cache<act>({.shared_directory = dir}), tpipe::invalid_argument);
 }
 
 TEST_CASE("freezing: the frozen prefix is outside the gradients and the optimizer", "[elastic]")
