@@ -15,6 +15,13 @@ if(TPIPE_BUILD_EXAMPLES)
            COMMAND train_gpt --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 3 --stages 2
                    --schedule terapipe-1f1b --slicer terapipe --granularity 8 --check --json)
   set_tests_properties(gpt_train_terapipe PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # Elastic training (PipeTransformer) on threads: 2 devices, 4 layers freezing by alpha = 1/2
+  # every 80 steps, more than an epoch so that the cache serves; bitwise equal to the same
+  # freezing without pipelines, replicas or a cache.
+  set(TPIPE_GPT_ELASTIC_ARGS --elastic --untied --layers 4 --d-model 32 --heads 2 --seq-len 32 --batch 4
+      --steps 400 --freeze-every 80 --alpha 0.5 --check --json)
+  add_test(NAME gpt_train_elastic COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS})
+  set_tests_properties(gpt_train_elastic PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
   set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)
   add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)
@@ -34,4 +41,10 @@ if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
                    --transport mpi --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 3 --stages 2
                    --schedule terapipe-1f1b --slicer terapipe --granularity 8 --check --json)
   set_tests_properties(gpt_mpi_terapipe_planned PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # Elastic training with one device per process: the 2-stage pipeline becomes 2 replicas in 2
+  # processes (transport and communicators re-formed, state broadcast); bitwise the reference's.
+  add_test(NAME gpt_mpi_elastic
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
+                   --transport mpi --devices 2 ${TPIPE_GPT_ELASTIC_ARGS})
+  set_tests_properties(gpt_mpi_elastic PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
 endif()

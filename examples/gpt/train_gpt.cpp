@@ -26,6 +26,8 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
+#include "elastic_command.hpp"
+#include "gpt/fingerprint.hpp"
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
@@ -41,6 +43,8 @@
 #endif
 
 namespace {
+
+using gpt::fnv_hex;
 
 struct usage_error : std::runtime_error {
     using std::runtime_error::runtime_error;
@@ -65,6 +69,9 @@ struct options {
     int threads = 0;  // 0: hardware threads
     int dp = 1;
     std::string transport = "threads";
+    bool elastic = false;
+    bool steps_given = false;
+    gpt::elastic_command el;
 };
 
 const char* usage_text =
@@ -89,7 +96,17 @@ const char* usage_text =
     "                    averaged across replicas after every step (default 1)\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
-    "  --untied          separate LM head (default: tied to the token embedding)\n"
+    "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
+    "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
+    "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
+    "                    (--stages, --dp, --schedule and --slicer do not apply; the schedule is 1f1b)\n"
+    "  --devices N       --elastic: devices (loop threads, or MPI processes) (default 2)\n"
+    "  --alpha A         --elastic: freeze degree of the progressive policy F(e) = ceil(L(1-(1-A)^e)) (default 1/3)\n"
+    "  --freeze-every S  --elastic: steps per freeze interval (default: one epoch of the data)\n"
+    "  --epochs E        --elastic: epochs to train when --steps is not given (default 3)\n"
+    "  --max-frozen F    --elastic: most layers that may freeze (default: all; 0: no freezing, the baseline)\n"
+    "  --cache-mb M      --elastic: AutoCache's host-memory budget, beyond it entries spill to disk (default 256)\n"
+    "  --no-autopipe, --no-autodp, --no-autocache   --elastic ablations\n"
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
     "  --json            one JSON line per step (step, loss, tokens_per_s, ...) and a summary line\n"
@@ -158,7 +175,7 @@ options parse(int argc, char** argv)
         else if (f == "--heads") o.cfg.heads = static_cast<int>(to_int(f, value(), 1));
         else if (f == "--seq-len") o.cfg.seq_len = static_cast<int>(to_int(f, value(), 1));
         else if (f == "--batch") o.batch = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--steps") o.steps = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--steps") o.steps = static_cast<int>(to_int(f, value(), 1)), o.steps_given = true;
         else if (f == "--lr") o.lr = to_double(f, value());
         else if (f == "--seed") o.seed = static_cast<std::uint64_t>(to_int(f, value(), 0));
         else if (f == "--stages") o.stages = static_cast<int>(to_int(f, value(), 1));
@@ -170,6 +187,16 @@ options parse(int argc, char** argv)
         else if (f == "--dp") o.dp = static_cast<int>(to_int(f, value(), 1));
         else if (f == "--transport") o.transport = value();
         else if (f == "--untied") o.cfg.tied = false;
+        else if (f == "--elastic") o.elastic = true;
+        else if (f == "--devices") o.el.opts.devices = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--alpha") o.el.opts.alpha = to_double(f, value());
+        else if (f == "--freeze-every") o.el.opts.freeze_every = to_int(f, value(), 1);
+        else if (f == "--epochs") o.el.epochs = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--max-frozen") o.el.opts.max_frozen = static_cast<int>(to_int(f, value(), 0));
+        else if (f == "--cache-mb") o.el.opts.cache_bytes = static_cast<std::size_t>(to_int(f, value(), 0)) << 20;
+        else if (f == "--no-autopipe") o.el.opts.autopipe = false;
+        else if (f == "--no-autodp") o.el.opts.autodp = false;
+        else if (f == "--no-autocache") o.el.opts.autocache = false;
         else if (f == "--data") o.data = value();
         else if (f == "--trace") o.trace = value();
         else if (f == "--json") o.json = true;
@@ -260,17 +287,6 @@ std::string clock_text(double s)
     return buf;
 }
 
-
-//! FNV-1a over the bytes of a float vector, as 16 hex digits (the final weights' fingerprint).
-std::string fnv_hex(const std::vector<float>& v)
-{
-    std::uint64_t h = 1469598103934665603ull;
-    const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
-}
 
 //! The rows of several batches as one batch (the non-pipelined reference of D replicas).
 gpt::batch concatenate(const std::vector<gpt::batch>& parts)
@@ -448,6 +464,30 @@ int train(const options& o)
         std::cerr << "train_gpt: the data file '" << o.data << "' has " << text.size()
                   << " bytes; --seq-len " << o.cfg.seq_len << " needs at least " << o.cfg.seq_len + 1 << "\n";
         return 1;
+    }
+    if (o.elastic) {
+        gpt::elastic_command c = o.el;
+        c.cfg = o.cfg;
+        c.json = o.json;
+        c.check = o.check;
+        c.transport = o.transport;
+        c.opts.batch = o.batch;
+        c.opts.steps = o.steps_given ? o.steps : 0;
+        c.opts.threads = o.threads;
+        c.opts.seed = o.seed;
+        c.opts.opt.lr = o.lr;
+        if (o.cfg.tied) throw usage_error("--elastic freezes the embedding with the first layer, which would freeze a tied LM head too: add --untied");
+        if (o.el.opts.max_frozen > o.cfg.layers)
+            throw usage_error("--max-frozen " + std::to_string(o.el.opts.max_frozen) + " exceeds the " + std::to_string(o.cfg.layers) + " layers");
+        if (!(o.el.opts.alpha <= 1))
+            throw usage_error("--alpha must lie in (0, 1], got " + std::to_string(o.el.opts.alpha));
+        if (o.batch % o.el.opts.devices != 0)
+            throw usage_error("--elastic: --batch " + std::to_string(o.batch) + " (the global batch) must be a multiple of --devices " +
+                              std::to_string(o.el.opts.devices) + ", so that every replica count shares it equally");
+        if (o.el.opts.devices > o.cfg.layers + 1)
+            throw usage_error("--elastic: " + std::to_string(o.el.opts.devices) + " devices need at least " +
+                              std::to_string(o.el.opts.devices - 1) + " layers (one stage per layer, the last with the head)");
+        return gpt::run_elastic_command(c, text);
     }
     const int ranks = o.stages;
     const int D = o.dp;

@@ -56,6 +56,19 @@ layout::layout(const config& c)
     lnf_g = add("lnf.g", {d}, false);
     lnf_b = add("lnf.b", {d}, false);
     head = c.tied ? wte : add("head", {V, d}, true);
+    tied = c.tied;
+}
+
+std::int64_t layout::frozen_end(int frozen) const
+{
+    if (frozen < 0 || frozen > static_cast<int>(blocks.size()))
+        throw std::invalid_argument("gpt: cannot freeze " + std::to_string(frozen) + " layers of " +
+                                    std::to_string(blocks.size()));
+    if (frozen == 0) return 0;
+    if (tied)
+        throw std::invalid_argument("gpt: freezing layers freezes the embedding, which the tied LM head shares; "
+                                    "use an untied head (config::tied = false, train_gpt --untied)");
+    return blocks[static_cast<std::size_t>(frozen - 1)].end;
 }
 
 template <class T>
@@ -719,23 +732,45 @@ adamw<T>::adamw(const parameters<T>& p, adamw_options o)
 }
 
 template <class T>
+void adamw<T>::freeze(std::int64_t end)
+{
+    const std::int64_t total = frozen_ + static_cast<std::int64_t>(m_.size());
+    if (end < frozen_ || end > total)
+        throw std::invalid_argument("adamw::freeze(" + std::to_string(end) + "): the frozen range [0, " +
+                                    std::to_string(frozen_) + ") only grows, up to the " + std::to_string(total) +
+                                    " parameters");
+    const auto drop = static_cast<std::ptrdiff_t>(end - frozen_);
+    m_.erase(m_.begin(), m_.begin() + drop);
+    v_.erase(v_.begin(), v_.begin() + drop);
+    decay_.erase(decay_.begin(), decay_.begin() + drop);
+    m_.shrink_to_fit();
+    v_.shrink_to_fit();
+    decay_.shrink_to_fit();
+    frozen_ = end;
+}
+
+template <class T>
 void adamw<T>::step(parameters<T>& p)
 {
     ++t_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
     const T lr = T(o_.lr), b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps), wd = T(o_.weight_decay);
+    // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
+    // leaving them out of the norm changes no bit.
+    const T* grad = p.grad.data() + frozen_;
+    T* value = p.value.data() + frozen_;
     double sq = 0;
-    for (const T g : p.grad) sq += double(g) * double(g);
+    for (std::size_t i = 0; i < m_.size(); ++i) sq += double(grad[i]) * double(grad[i]);
     norm_ = std::sqrt(sq);
     const T clip = T(o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0);
     const T step = T(o_.lr / bc1), rbc2 = T(1.0 / std::sqrt(bc2));
     for (std::size_t i = 0; i < m_.size(); ++i) {
-        const T g = p.grad[i] * clip;
+        const T g = grad[i] * clip;
         m_[i] = b1 * m_[i] + (T(1) - b1) * g;
         v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
-        if (decay_[i]) p.value[i] -= lr * wd * p.value[i];
-        p.value[i] -= step * m_[i] / (std::sqrt(v_[i]) * rbc2 + eps);
+        if (decay_[i]) value[i] -= lr * wd * value[i];
+        value[i] -= step * m_[i] / (std::sqrt(v_[i]) * rbc2 + eps);
     }
 }
 

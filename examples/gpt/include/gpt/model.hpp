@@ -71,6 +71,13 @@ struct layout {
 
     explicit layout(const config& c);
     layout() = default;
+
+    //! End of the parameters a frozen prefix of `frozen` layers holds: the embeddings and blocks
+    //! [0, frozen) are the flat range [0, frozen_end(frozen)) (0 for none). Throws
+    //! std::invalid_argument past the layer count, or when the LM head is tied to the embedding
+    //! (freezing it would freeze the head, which always trains).
+    std::int64_t frozen_end(int frozen) const;
+    bool tied = true;
 };
 
 //! Flat parameter values and gradients.
@@ -177,6 +184,10 @@ double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& uni
 
 //! AdamW with bias correction; decay only on tensors marked `decay`. Gradients are first
 //! clipped to a global L2 norm of `max_grad_norm` (<= 0: no clipping).
+//!
+//! Freezing: after freeze(end), the parameters [0, end) are frozen: step() neither reads their
+//! gradients nor changes their values (no decay either), and their moments are released (the
+//! optimizer keeps state for [end, size) only). The frozen range only grows.
 struct adamw_options {
     double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, max_grad_norm = 1.0;
 };
@@ -186,6 +197,15 @@ public:
     adamw(const parameters<T>& p, adamw_options o);
     void step(parameters<T>& p);
     std::int64_t steps() const { return t_; }
+    //! Freezes the parameters [0, end) (see above). Throws std::invalid_argument if end shrinks
+    //! the frozen range or lies outside the parameters.
+    void freeze(std::int64_t end);
+    std::int64_t frozen() const { return frozen_; }
+    //! The state of the active parameters [frozen(), size): first and second moments, one value
+    //! per active parameter each, and the step count (what a new data-parallel replica receives).
+    std::span<T> first_moments() { return m_; }
+    std::span<T> second_moments() { return v_; }
+    std::int64_t& step_count() { return t_; }
     //! Global gradient norm seen by the last step (before clipping).
     double last_grad_norm() const { return norm_; }
 
@@ -194,6 +214,7 @@ private:
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
     std::int64_t t_ = 0;
+    std::int64_t frozen_ = 0;
     double norm_ = 0;
 };
 

@@ -67,6 +67,11 @@ inline std::vector<int> even_layer_cuts(int layers, int stages)
 //! stages. `threads_per_part` sizes each part's GEMM thread pool. With `here` (one flag per
 //! stage), only the parts of the stages this process runs are built (SPMD over processes: the
 //! others are never called); empty: every part.
+//!
+//! A frozen prefix: layer cuts that start at F > 0 leave the embeddings and layers [0, F) out
+//! of the pipeline (they train no more; see gpt/frozen.hpp). Stage 0 then starts at layer F
+//! and takes its input, the frozen prefix's output for the unit, from the function given to
+//! set_source().
 template <class T>
 class pipelined_model {
 public:
@@ -77,15 +82,19 @@ public:
         if (stages < 1)
             throw std::invalid_argument("the GPT pipeline needs at least 1 stage, got " + std::to_string(stages));
         if (layer_cuts.empty()) layer_cuts = even_layer_cuts(params.cfg.layers, stages);
-        if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() != 0 ||
+        if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() < 0 ||
             layer_cuts.back() != params.cfg.layers)
-            throw std::invalid_argument("layer cuts must be stages+1 points from 0 to the layer count");
+            throw std::invalid_argument("layer cuts must be stages+1 points from the frozen layer count (0: none) "
+                                        "to the layer count");
+        frozen_ = layer_cuts.front();
+        params.lay.frozen_end(frozen_);  // refuses a frozen prefix the model cannot have
         if (here.empty()) here.assign(static_cast<std::size_t>(stages), true);
         if (static_cast<int>(here.size()) != stages)
             throw std::invalid_argument("`here` needs one flag per stage");
         std::vector<stage<T>> views;
         for (int i = 0; i < stages; ++i) {
-            parts_.push_back(here[i] ? std::make_unique<part<T>>(params, layer_cuts[i], layer_cuts[i + 1], i == 0,
+            parts_.push_back(here[i] ? std::make_unique<part<T>>(params, layer_cuts[i], layer_cuts[i + 1],
+                                                                 i == 0 && frozen_ == 0,
                                                                  i + 1 == stages, threads_per_part)
                                      : nullptr);
             views.push_back(stage<T>{parts_.back().get()});
@@ -95,6 +104,14 @@ public:
     }
 
     int stages() const { return static_cast<int>(parts_.size()); }
+    //! Layers [0, frozen()) are outside the pipeline.
+    int frozen() const { return frozen_; }
+    //! Where stage 0 gets a unit's input when layers are frozen (see the class comment).
+    void set_source(std::function<activation<T>(const tpipe::unit&)> source)
+    {
+        if (frozen_ == 0) throw std::invalid_argument("set_source: no layer is frozen, stage 0 embeds the tokens itself");
+        io_.source = std::move(source);
+    }
     //! Whether stage i's part was built here.
     bool has_part(int i) const { return parts_[static_cast<std::size_t>(i)] != nullptr; }
     part<T>& part_at(int i)
@@ -138,6 +155,7 @@ public:
 
 private:
     parameters<T>* params_;
+    int frozen_ = 0;
     std::vector<std::unique_ptr<part<T>>> parts_;
     std::optional<tpipe::uniform_pipeline<stage<T>>> pipe_;
     tpipe::io_for<tpipe::uniform_pipeline<stage<T>>> io_;

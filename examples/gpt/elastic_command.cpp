@@ -1,0 +1,346 @@
+// train_gpt --elastic: elastic pipelined training (PipeTransformer) on CPU threads, or one
+// device per MPI process (--transport mpi). Prints each interval's plan and throughput.
+#include "elastic_command.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <tpipe/core/json.hpp>
+
+#include "gpt/elastic_loop.hpp"
+#include "gpt/fingerprint.hpp"
+
+#ifdef TPIPE_GPT_MPI
+#include <tpipe/exec/data_parallel.hpp>
+#include <tpipe/exec/sync_wait.hpp>
+#include <tpipe/exec/world.hpp>
+#include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/error.hpp>
+#include <tpipe/mpi/transport.hpp>
+#include <tpipe/schedule/by_name.hpp>
+#include <tpipe/slice/slicers.hpp>
+
+#include "gpt/pipeline.hpp"
+#endif
+
+namespace {
+
+std::string cuts_text(const std::vector<int>& c)
+{
+    std::ostringstream s;
+    for (std::size_t i = 0; i < c.size(); ++i) s << (i ? "," : "") << c[i];
+    return s.str();
+}
+
+void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c)
+{
+    if (c.json) {
+        tpipe::json::object o = r.plan.to_json().as_object("replan");
+        tpipe::json::array cuts;
+        for (int x : r.layer_cuts) cuts.emplace_back(x);
+        o["first_step"] = r.first_step;
+        o["steps"] = r.steps;
+        o["layer_cuts"] = std::move(cuts);
+        o["seconds"] = r.seconds;
+        o["replan_s"] = r.replan_seconds;
+        o["loss"] = r.mean_loss;
+        o["rows_computed"] = r.rows_computed;
+        o["rows_extended"] = r.rows_extended;
+        o["rows_cached"] = r.rows_cached;
+        o["cache_host_bytes"] = static_cast<std::int64_t>(r.cache.host_bytes);
+        o["cache_disk_bytes"] = static_cast<std::int64_t>(r.cache.disk_bytes);
+        std::cout << tpipe::json::dump(tpipe::json::value(std::move(o))) << std::endl;
+        return;
+    }
+    std::cout << "interval " << r.plan.epoch << " (steps " << r.first_step << "-" << r.first_step + r.steps - 1
+              << "): frozen " << r.plan.frozen << "/" << c.cfg.layers << ", " << r.plan.stages << " stage(s) x "
+              << r.plan.replicas << " replica(s), " << r.plan.microbatches << " microbatch(es), layer cuts "
+              << cuts_text(r.layer_cuts) << "; " << static_cast<long long>(*r.plan.measured_throughput + 0.5)
+              << " samples/s (predicted " << static_cast<long long>(r.plan.predicted_throughput + 0.5) << "), loss "
+              << r.mean_loss << ", re-plan " << r.replan_seconds * 1e3 << " ms";
+    if (r.plan.frozen > 0)
+        std::cout << "; frozen rows: " << r.rows_computed << " computed, " << r.rows_extended << " extended, "
+                  << r.rows_cached << " cached";
+    std::cout << std::endl;
+}
+
+#ifdef TPIPE_GPT_MPI
+//! The MPI backend of gpt::run_elastic_loop: process p is one device. In a shape of K stages x D
+//! replicas it runs pipeline rank p % K of replica p / K. Every re-plan re-forms the transport
+//! (the new world), the communicator of the replica's pipeline ranks and that of the rank's
+//! replicas. The optimizer step is replicated, as in train_gpt --transport mpi: gradients are
+//! summed over the pipeline ranks and every process steps the whole model, so every process
+//! holds the weights and the optimizer state; a re-plan broadcasts process 0's to all anyway
+//! (the new replicas' hand-over), and checks nothing changed. The processes' caches share one
+//! directory, so a sample's cached output is found by whichever replica draws it next.
+class mpi_backend {
+public:
+    mpi_backend(const gpt::config& cfg, const gpt::window_dataset& data, const gpt::elastic_options& o, int threads)
+        : cfg_(cfg), data_(data), o_(o), threads_(threads), params_(cfg),
+          opt_((params_.init(o.seed), params_), o.opt), sampler_({.samples = data.samples(), .batch = o.batch, .seed = o.seed}),
+          world_(tpipe::mpi::communicator::world())
+    {
+        me_ = world_.rank();
+        if (o.autocache) {  // one directory for the processes' caches (one machine), made by process 0
+            std::string dir(4096, '\0');
+            if (me_ == 0) {
+                std::string templ = (std::filesystem::temp_directory_path() / "tpipe-elastic-cache-XXXXXX").string();
+                if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a cache directory in " + templ);
+                std::copy(templ.begin(), templ.end(), dir.begin());
+            }
+            tpipe::mpi::check(MPI_Bcast(dir.data(), static_cast<int>(dir.size()), MPI_CHAR, 0, world_.native()), "MPI_Bcast");
+            shared_dir_ = dir.c_str();
+            cache_ = std::make_unique<gpt::frozen_prefix<float>::cache_type>(
+                tpipe::elastic::cache_options{.host_bytes = o.cache_bytes, .shared_directory = shared_dir_});
+        }
+    }
+    ~mpi_backend()
+    {
+        tear_down();
+        cache_.reset();
+        if (!shared_dir_.empty()) {
+            MPI_Barrier(world_.native());  // every process is done with the shared entries
+            std::error_code ec;
+            if (me_ == 0) std::filesystem::remove_all(shared_dir_, ec);
+        }
+    }
+
+    bool reshape(const gpt::elastic_shape& next)
+    {
+        const std::vector<float> before = params_.value;
+        const std::int64_t t_before = opt_.step_count();
+        const std::vector<float> m_before(opt_.first_moments().begin(), opt_.first_moments().end());
+        const std::int64_t frozen_from = opt_.frozen();
+        tear_down();
+        opt_.freeze(params_.lay.frozen_end(next.frozen));
+        tpipe::sync_wait(receive_state());  // AutoDP's hand-over: process 0's state to everyone
+        const auto drop = static_cast<std::ptrdiff_t>(opt_.frozen() - frozen_from);
+        const bool kept = params_.value == before && opt_.step_count() == t_before &&
+                          std::equal(opt_.first_moments().begin(), opt_.first_moments().end(), m_before.begin() + drop);
+        shape_ = next;
+        const int K = shape_.stages, D = shape_.replicas;
+        if (K * D != world_.size())
+            throw std::invalid_argument("elastic training under MPI needs one process per device: the plan has " +
+                                        std::to_string(K * D) + " devices, the job " + std::to_string(world_.size()));
+        replica_ = me_ / K;
+        rank_ = me_ % K;
+        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(K, D), replica_);
+        pipeline_ = std::make_unique<tpipe::mpi::communicator>(world_.split(replica_, rank_));
+        replicas_ = std::make_unique<tpipe::mpi::communicator>(world_.split(rank_, replica_));
+        std::vector<bool> here(static_cast<std::size_t>(K), false);
+        here[static_cast<std::size_t>(rank_)] = true;
+        model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, shape_.layer_cuts, here);
+        if (shape_.frozen > 0) {
+            if (rank_ == 0) prefix_ = std::make_unique<gpt::frozen_prefix<float>>(params_, threads_, cache_.get());
+            model_->set_source([this](const tpipe::unit& u) { return gpt::unit_slice(frozen_out_, u, cfg_.d_model); });
+        }
+        const auto units = tpipe::microbatch_slicer{shape_.microbatches}.scheme(tpipe::batch_shape{o_.batch / D, cfg_.seq_len});
+        const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = K}, units);
+        tpipe::run_options opts;
+        if (D > 1) {
+            std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(K), nullptr);
+            comms[static_cast<std::size_t>(rank_)] = replicas_.get();
+            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(model_->pipe(), comms);
+            opts.after_backward = dp_->hook();
+        }
+        runner_ = std::make_unique<runner_t>(model_->pipe(), prog, engine_, *transport_, opts);
+        return all_agree(kept);
+    }
+
+    double step(std::int64_t step)
+    {
+        const auto ids = sampler_.shard(step, replica_, shape_.replicas);
+        const gpt::batch b = data_.rows(ids);
+        if (prefix_) frozen_out_ = prefix_->forward(b, ids, shape_.frozen);
+        model_->begin_step(b);
+        runner_->run(model_->io());
+        const double mine = model_->finish_step();
+        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact.
+        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data(), static_cast<int>(params_.grad.size()), MPI_FLOAT,
+                                        MPI_SUM, pipeline_->native()),
+                          "MPI_Allreduce (gradients over the pipeline ranks)");
+        double sum = 0;
+        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, world_.native()), "MPI_Allreduce (loss)");
+        opt_.step(params_);
+        return sum / shape_.replicas;
+    }
+
+    bool replicas_identical()
+    {
+        std::string mine = gpt::fnv_hex(params_.value), first = mine;
+        tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, world_.native()), "MPI_Bcast");
+        return all_agree(mine == first);
+    }
+
+    gpt::frozen_prefix<float>::counters frozen_rows()
+    {
+        auto c = retired_;
+        if (prefix_) add(c, prefix_->count());
+        std::int64_t v[3] = {c.full, c.extended, c.cached};
+        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, world_.native()), "MPI_Allreduce");
+        return {v[0], v[1], v[2]};
+    }
+    tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
+    std::vector<float> weights() const { return params_.value; }
+    int process() const { return me_; }
+
+private:
+    using runner_t = tpipe::runner<tpipe::uniform_pipeline<gpt::stage<float>>, tpipe::cpu_engine, tpipe::mpi::transport>;
+
+    static void add(gpt::frozen_prefix<float>::counters& c, const gpt::frozen_prefix<float>::counters& x)
+    {
+        c.full += x.full;
+        c.extended += x.extended;
+        c.cached += x.cached;
+    }
+
+    tpipe::task<void> receive_state()
+    {
+        co_await world_.broadcast(std::as_writable_bytes(std::span<float>(params_.value)), 0);
+        co_await world_.broadcast(std::as_writable_bytes(opt_.first_moments()), 0);
+        co_await world_.broadcast(std::as_writable_bytes(opt_.second_moments()), 0);
+        co_await world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&opt_.step_count(), 1)), 0);
+    }
+
+    bool all_agree(bool mine)
+    {
+        int ok = mine ? 1 : 0, all = 0;
+        tpipe::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, world_.native()), "MPI_Allreduce");
+        return all == 1;
+    }
+
+    void tear_down()
+    {
+        if (prefix_) add(retired_, prefix_->count());
+        runner_.reset();
+        dp_.reset();
+        model_.reset();
+        prefix_.reset();
+        replicas_.reset();
+        pipeline_.reset();
+        transport_.reset();
+    }
+
+    const gpt::config& cfg_;
+    const gpt::window_dataset& data_;
+    const gpt::elastic_options& o_;
+    int threads_;
+    gpt::parameters<float> params_;
+    gpt::adamw<float> opt_;
+    tpipe::elastic::epoch_sampler sampler_;
+    tpipe::mpi::communicator world_;
+    int me_ = 0, replica_ = 0, rank_ = 0;
+    gpt::elastic_shape shape_;
+    tpipe::cpu_engine engine_{1};
+    std::filesystem::path shared_dir_;
+    std::unique_ptr<gpt::frozen_prefix<float>::cache_type> cache_;
+    std::unique_ptr<tpipe::mpi::transport> transport_;
+    std::unique_ptr<tpipe::mpi::communicator> pipeline_, replicas_;
+    std::unique_ptr<gpt::pipelined_model<float>> model_;
+    std::unique_ptr<gpt::frozen_prefix<float>> prefix_;
+    std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
+    std::unique_ptr<runner_t> runner_;
+    gpt::activation<float> frozen_out_;
+    gpt::frozen_prefix<float>::counters retired_;
+};
+
+//! Process 0's unit times on every process (plans depend on them and must agree).
+gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads)
+{
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    gpt::unit_seconds u;
+    std::vector<double> flat(static_cast<std::size_t>(2 * (cfg.layers + 1)));
+    if (me == 0) {
+        u = gpt::measure_units(cfg, cfg.seq_len, threads);
+        std::copy(u.forward.begin(), u.forward.end(), flat.begin());
+        std::copy(u.backward.begin(), u.backward.end(), flat.begin() + cfg.layers + 1);
+    }
+    tpipe::mpi::check(MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Bcast (unit times)");
+    u.forward.assign(flat.begin(), flat.begin() + cfg.layers + 1);
+    u.backward.assign(flat.begin() + cfg.layers + 1, flat.end());
+    return u;
+}
+#endif
+
+} // namespace
+
+namespace gpt {
+
+int run_elastic_command(const elastic_command& c, const std::string& text)
+{
+    const window_dataset data(text, c.cfg.seq_len, c.opts.batch);
+    elastic_options o = c.opts;
+    const std::int64_t per_epoch = data.samples() / o.batch;
+    if (o.steps <= 0) o.steps = c.epochs * per_epoch;
+    const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int per_process = std::max(1, o.threads > 0 ? o.threads : hw / o.devices);  // under MPI
+    bool speaks = true;
+    elastic_result res;
+    auto print = [&](const interval_report& r) {
+        if (speaks) print_interval(r, c);
+    };
+    auto header = [&] {
+        if (speaks && !c.json)
+            std::cout << "elastic: " << c.cfg.layers << " layers, d_model " << c.cfg.d_model << ", " << data.samples()
+                      << " samples (" << per_epoch << " steps of " << o.batch << " per epoch), " << o.steps << " steps, "
+                      << o.devices << " device(s) over " << c.transport << ", alpha " << o.alpha << ", freeze every "
+                      << (o.freeze_every > 0 ? o.freeze_every : per_epoch) << " steps"
+                      << (o.autopipe ? "" : ", no AutoPipe") << (o.autodp ? "" : ", no AutoDP")
+                      << (o.autocache ? "" : ", no AutoCache") << "\n";
+    };
+    if (c.transport == "mpi") {
+#ifdef TPIPE_GPT_MPI
+        int size = 0;
+        tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+        if (o.devices != size)
+            throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
+                                        std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
+        const elastic_planner planner(c.cfg, o, per_process * o.devices, shared_unit_times(c.cfg, per_process));
+        mpi_backend be(c.cfg, data, o, per_process);
+        speaks = be.process() == 0;
+        header();
+        res = run_elastic_loop(data, o, planner, be, print);
+#else
+        throw std::invalid_argument("--transport mpi: this train_gpt was built without MPI");
+#endif
+    } else {
+        header();
+        res = train_elastic(c.cfg, data, o, print);
+    }
+    if (!speaks) return 0;
+    double samples = 0;
+    for (const auto& r : res.intervals) samples += static_cast<double>(r.steps * o.batch);
+    tpipe::json::object summary{{"summary", true},
+                                {"steps", o.steps},
+                                {"seconds", res.seconds},
+                                {"samples_per_s", samples / res.seconds},
+                                {"last_loss", res.intervals.back().mean_loss},
+                                {"transport", c.transport},
+                                {"devices", o.devices},
+                                {"replicas_identical", res.replicas_identical},
+                                {"replans_kept_weights", res.replans_kept_weights},
+                                {"weights_fnv", fnv_hex(res.weights)}};
+    int status = res.replicas_identical && res.replans_kept_weights ? 0 : 3;
+    if (c.check) {  // the same freezing without pipelines, replicas or a cache: bitwise
+        const bool same = train_frozen_reference(c.cfg, data, o, res.intervals) == res.weights;
+        summary["check_ok"] = same && status == 0;
+        if (!c.json)
+            std::cout << "check against the non-elastic run with the same freezing: " << (same ? "bitwise equal" : "DIFFERENT") << "\n";
+        if (!same) status = 3;
+    }
+    if (c.json) std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
+    else
+        std::cout << "elastic run: " << samples / res.seconds << " samples/s over " << res.seconds << " s; weights "
+                  << fnv_hex(res.weights) << (res.replicas_identical ? ", replicas identical" : ", replicas DIFFER")
+                  << (res.replans_kept_weights ? ", re-plans kept the weights" : ", a re-plan CHANGED the weights") << "\n";
+    return status;
+}
+
+} // namespace gpt

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Elastic training (PipeTransformer) measured: train_gpt --elastic against the same run without
+freezing, and the ablations, on CPU threads and (with --mpi) one device per MPI process.
+
+Configurations (same model, data, global batch, steps, seed):
+  baseline        --max-frozen 0: the starting pipeline throughout (nothing freezes)
+  freeze only     --no-autopipe --no-autocache (frozen layers skip backward; the pipeline keeps its length)
+  +AutoPipe+AutoCache (no AutoDP)  --no-autodp (the pipeline shortens, freed devices idle)
+  +AutoPipe+AutoDP (no AutoCache)  --no-autocache
+  all four        (AutoFreeze, AutoPipe, AutoDP, AutoCache)
+Each is run once (a run is minutes of work and its intervals already average many steps).
+Prints Markdown: end-to-end samples/s and speedup over the baseline, the predicted end-to-end
+speedup (the plan's simulated throughput per interval, weighted by the interval's samples), and
+the per-interval table of the full elastic run.
+
+usage: measure_elastic.py TRAIN_GPT [--mpi MPIEXEC] [train_gpt flags...]
+"""
+import json
+import subprocess
+import sys
+
+CONFIGS = [
+    ("baseline (no freezing)", ["--max-frozen", "0"]),
+    ("freeze only", ["--no-autopipe", "--no-autocache"]),
+    ("freeze + AutoPipe + AutoCache (no AutoDP)", ["--no-autodp"]),
+    ("freeze + AutoPipe + AutoDP (no AutoCache)", ["--no-autocache"]),
+    ("all four", []),
+]
+
+
+def run(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    return [l for l in lines if "summary" not in l], next(l for l in lines if "summary" in l)
+
+
+def predicted_seconds(intervals, batch):
+    return sum(i["steps"] * batch / i["predicted_throughput"] for i in intervals)
+
+
+def main():
+    args = sys.argv[1:]
+    gpt = args.pop(0)
+    prefix = [gpt]
+    transport = "threads"
+    if args and args[0] == "--mpi":
+        mpiexec = args[1]
+        args = args[2:]
+        devices = args[args.index("--devices") + 1] if "--devices" in args else "2"
+        prefix = [mpiexec, "--oversubscribe", "--allow-run-as-root", "-np", devices, gpt, "--transport", "mpi"]
+        transport = "mpi"
+    batch = int(args[args.index("--batch") + 1]) if "--batch" in args else 4
+    rows, full = [], None
+    for name, extra in CONFIGS:
+        intervals, summary = run(prefix + ["--elastic", "--json"] + args + extra)
+        rows.append((name, intervals, summary))
+        if not extra:
+            full = intervals
+    base = rows[0][2]["samples_per_s"]
+    base_pred = predicted_seconds(rows[0][1], batch)
+    print(f"transport: {transport}; flags: {' '.join(args)}\n")
+    print("| configuration | samples/s | speedup | predicted speedup | weights |")
+    print("|---|---|---|---|---|")
+    for name, intervals, s in rows:
+        print(f"| {name} | {s['samples_per_s']:.1f} | {s['samples_per_s'] / base:.2f}x | "
+              f"{base_pred / predicted_seconds(intervals, batch):.2f}x | {s['weights_fnv']} |")
+    print("\nall four, per interval:\n")
+    print("| interval | frozen | stages x replicas | microbatches | samples/s | predicted | rows computed / extended / cached |")
+    print("|---|---|---|---|---|---|---|")
+    for i in full:
+        print(f"| {i['epoch']} | {i['frozen']} | {i['stages']} x {i['replicas']} | {i['microbatches']} | "
+              f"{i['measured_throughput']:.1f} | {i['predicted_throughput']:.1f} | "
+              f"{i['rows_computed']} / {i['rows_extended']} / {i['rows_cached']} |")
+
+
+if __name__ == "__main__":
+    main()
