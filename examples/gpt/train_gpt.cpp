@@ -667,7 +667,8 @@ int train(const options& o)
         if (!std::isfinite(loss))
         {
             std::ostringstream why;
-            why << "step " << step << ": the loss is " << loss << "; training diverged (lower --lr, now " << o.lr << ")";
+            why << "step " << step << ": the loss is " << (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf")
+                << "; training diverged (lower --lr, now " << o.lr << ")";
             throw std::runtime_error(why.str());
         }
         if (step == 1) first_loss = loss;
