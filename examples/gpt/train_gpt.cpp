@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iomanip>
+#include <limits>
+#include <set>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include <tpipe/comm/thread_communicator.hpp>
+#include <tpipe/core/checked.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -89,7 +93,8 @@ const char* usage_text =
     "                    terapipe-gpipe, terapipe-1f1b, looped-bfs, interleaved-zb, ...; PyTorch's class names such\n"
     "                    as Schedule1F1B are aliases; default 1f1b)\n"
     "  --virtual V       stages per rank for 'interleaved' (default 2)\n"
-    "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... | terapipe (default microbatch:4)\n"
+    "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... | terapipe (default microbatch:4, or one\n"
+    "                    microbatch per sequence when --batch is below 4)\n"
     "  --granularity G   token granularity of the terapipe planner (default seq-len/16)\n"
     "  --threads N       compute threads in all (default: hardware threads), split over the ranks and replicas\n"
     "  --dp D            data-parallel replicas, each with its own batch of --batch sequences; gradients are\n"
@@ -116,32 +121,25 @@ const char* usage_text =
     "                    differences between slicings grow slowly over training steps)\n"
     "  --help            this text\n";
 
-long long to_int(const std::string& flag, const std::string& v, long long lo)
+//! The value of an integer flag, in [lo, hi] (tpipe/core/checked.hpp: never wraps).
+template <class T = int>
+T to_int(const std::string& flag, const std::string& v, T lo, T hi = std::numeric_limits<T>::max())
 {
-    std::size_t pos = 0;
-    long long x = 0;
     try {
-        x = std::stoll(v, &pos);
-    } catch (...) {
-        pos = 0;
+        return tpipe::parse_integer<T>(flag, v, lo, hi);
+    } catch (const tpipe::error& e) {
+        throw usage_error(e.what());
     }
-    if (pos != v.size() || v.empty()) throw usage_error(flag + " needs an integer, got '" + v + "'");
-    if (x < lo) throw usage_error(flag + " must be >= " + std::to_string(lo) + ", got " + v);
-    return x;
 }
 
 double to_double(const std::string& flag, const std::string& v)
 {
-    std::size_t pos = 0;
-    double x = 0;
     try {
-        x = std::stod(v, &pos);
-    } catch (...) {
-        pos = 0;
+        const double x = tpipe::parse_finite(flag, v, 0);
+        if (x > 0) return x;
+    } catch (const tpipe::error&) {
     }
-    if (pos != v.size() || v.empty() || !std::isfinite(x) || x <= 0)
-        throw usage_error(flag + " needs a positive number, got '" + v + "'");
-    return x;
+    throw usage_error(flag + " needs a positive finite number, got '" + v + "'");
 }
 
 std::vector<std::int64_t> to_list(const std::string& flag, const std::string& v)
@@ -149,9 +147,34 @@ std::vector<std::int64_t> to_list(const std::string& flag, const std::string& v)
     std::vector<std::int64_t> out;
     std::stringstream ss(v);
     std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(to_int(flag, item, 1));
+    while (std::getline(ss, item, ',')) out.push_back(to_int<std::int64_t>(flag, item, 1));
     if (out.empty()) throw usage_error(flag + " needs a comma-separated list of token counts");
     return out;
+}
+
+//! Refuses a model whose weights, gradients and AdamW moments (16 bytes a parameter, per
+//! replica, twice with --check) would not fit this machine's memory, before allocating them.
+void check_memory(const options& o)
+{
+    try {
+        o.cfg.validate();
+    } catch (const std::invalid_argument& e) {
+        throw usage_error(e.what());
+    }
+    // Counted in doubles: a huge --d-model must be refused, not overflow the count.
+    const double d = o.cfg.d_model, F = double(o.cfg.mlp_ratio) * d, V = o.cfg.vocab;
+    const double params = o.cfg.layers * (4 * d * d + 2 * d * F + 9 * d + F) + (o.cfg.tied ? 1 : 2) * V * d +
+                          double(o.cfg.seq_len) * d + 2 * d;
+    const double need = params * 16 * (o.transport == "mpi" ? 1 : o.dp) * (o.check ? 2 : 1);
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (have > 0 && need > have)
+    {
+        std::ostringstream why;
+        why << std::setprecision(3) << "the model has " << params << " parameters: its weights, gradients and "
+            << "optimizer state need " << need / (1 << 30) << " GiB, more than this machine's " << have / (1 << 30)
+            << " GiB (lower --layers, --d-model or --seq-len)";
+        throw usage_error(why.str());
+    }
 }
 
 options parse(int argc, char** argv)
@@ -161,8 +184,10 @@ options parse(int argc, char** argv)
     o.cfg.d_model = 128;
     o.cfg.heads = 4;
     o.cfg.seq_len = 128;
+    std::set<std::string> given;  // each flag once: a repeated flag silently winning hides a typo
     for (int i = 1; i < argc; ++i) {
         const std::string f = argv[i];
+        if (f.rfind("--", 0) == 0 && !given.insert(f).second) throw usage_error(f + " is given twice; give it once");
         auto value = [&]() -> std::string {
             if (i + 1 >= argc) throw usage_error(f + " needs a value");
             return argv[++i];
@@ -170,21 +195,21 @@ options parse(int argc, char** argv)
         if (f == "--help" || f == "-h") {
             std::cout << usage_text;
             std::exit(0);
-        } else if (f == "--layers") o.cfg.layers = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--d-model") o.cfg.d_model = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--heads") o.cfg.heads = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--seq-len") o.cfg.seq_len = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--batch") o.batch = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--steps") o.steps = static_cast<int>(to_int(f, value(), 1)), o.steps_given = true;
+        } else if (f == "--layers") o.cfg.layers = to_int(f, value(), 1);
+        else if (f == "--d-model") o.cfg.d_model = to_int(f, value(), 1);
+        else if (f == "--heads") o.cfg.heads = to_int(f, value(), 1);
+        else if (f == "--seq-len") o.cfg.seq_len = to_int(f, value(), 1);
+        else if (f == "--batch") o.batch = to_int(f, value(), 1);
+        else if (f == "--steps") o.steps = to_int(f, value(), 1), o.steps_given = true;
         else if (f == "--lr") o.lr = to_double(f, value());
-        else if (f == "--seed") o.seed = static_cast<std::uint64_t>(to_int(f, value(), 0));
-        else if (f == "--stages") o.stages = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--seed") o.seed = to_int<std::uint64_t>(f, value(), 0);
+        else if (f == "--stages") o.stages = to_int(f, value(), 1);
         else if (f == "--schedule") o.schedule = value();
-        else if (f == "--virtual") o.virtual_stages = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--virtual") o.virtual_stages = to_int(f, value(), 1);
         else if (f == "--slicer") o.slicer = value();
-        else if (f == "--granularity") o.granularity = to_int(f, value(), 1);
-        else if (f == "--threads") o.threads = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--dp") o.dp = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--granularity") o.granularity = to_int<std::int64_t>(f, value(), 1);
+        else if (f == "--threads") o.threads = to_int(f, value(), 1);
+        else if (f == "--dp") o.dp = to_int(f, value(), 1);
         else if (f == "--transport") o.transport = value();
         else if (f == "--untied") o.cfg.tied = false;
         else if (f == "--elastic") o.elastic = true;
@@ -204,11 +229,9 @@ options parse(int argc, char** argv)
         else if (f == "--check-tol") o.check_tol = to_double(f, value());
         else throw usage_error("unknown flag '" + f + "'");
     }
-    try {
-        o.cfg.validate();
-    } catch (const std::invalid_argument& e) {
-        throw usage_error(e.what());
-    }
+    // A default fits the other defaults: four microbatches, or one per sequence if fewer.
+    if (!given.count("--slicer")) o.slicer = "microbatch:" + std::to_string(std::min(o.batch, 4));
+    check_memory(o);
     if (o.transport != "threads" && o.transport != "mpi")
         throw usage_error("unknown transport '" + o.transport + "'; use threads or mpi");
 #ifndef TPIPE_GPT_MPI
@@ -228,6 +251,14 @@ options parse(int argc, char** argv)
         throw usage_error("unknown schedule '" + asked + "'; known: " + known +
                           " (or PyTorch's class names, e.g. Schedule1F1B)");
     }
+    if (given.count("--virtual") && !tpipe::schedule_registry::global().at(o.schedule).takes_virtual_stages)
+        throw usage_error("--virtual applies to the schedules with V stages per rank (e.g. interleaved); " +
+                          o.schedule + " places " + std::to_string(tpipe::stages_per_rank(o.schedule)) +
+                          " stage(s) per rank");
+    if (given.count("--granularity") && o.slicer != "terapipe")
+        throw usage_error("--granularity applies to the TeraPipe planner (--slicer terapipe), not to --slicer " +
+                          o.slicer);
+    if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
     return o;
 }
 
@@ -238,13 +269,13 @@ tpipe::scheme fixed_scheme(const options& o)
     const std::string& s = o.slicer;
     try {
         if (s.rfind("microbatch:", 0) == 0)
-            return tpipe::microbatch_slicer{static_cast<int>(to_int("--slicer microbatch:M", s.substr(11), 1))}.scheme(
+            return tpipe::microbatch_slicer{to_int("--slicer microbatch:M", s.substr(11), 1)}.scheme(
                 shape);
         if (s.rfind("tokens:", 0) == 0) return tpipe::token_slicer{to_list("--slicer tokens:", s.substr(7))}.scheme(shape);
         if (s.rfind("grid:", 0) == 0) {
             const auto colon = s.find(':', 5);
             if (colon == std::string::npos) throw usage_error("--slicer grid needs grid:M:l1,l2,...");
-            return tpipe::grid_slicer{static_cast<int>(to_int("--slicer grid:M", s.substr(5, colon - 5), 1)),
+            return tpipe::grid_slicer{to_int("--slicer grid:M", s.substr(5, colon - 5), 1),
                                       to_list("--slicer grid:M:", s.substr(colon + 1))}
                 .scheme(shape);
         }
@@ -673,6 +704,13 @@ int train(const options& o)
         for (auto& r : reps) replicas_identical = replicas_identical && r->params.value == first_params.value;
         elapsed += dt;
         iter_times.push_back(stats.time);
+        if (!std::isfinite(loss))
+        {
+            std::ostringstream why;
+            why << "step " << step << ": the loss is " << (std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf")
+                << "; training diverged (lower --lr, now " << o.lr << ")";
+            throw std::runtime_error(why.str());
+        }
         if (step == 1) first_loss = loss;
         last_loss = loss;
         double ref_loss = 0;

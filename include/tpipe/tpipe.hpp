@@ -3,7 +3,9 @@
 // CUDA, NCCL and MPI parts are included explicitly from their own folders.
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/core/checked.hpp"
 #include "tpipe/core/error.hpp"
+#include "tpipe/core/file.hpp"
 #include "tpipe/core/unit.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/pipeline.hpp"

@@ -145,7 +145,7 @@ TEST_CASE("latency JSON round-trips every kind and refuses malformed files", "[p
     CHECK_THROWS_WITH(tpipe::latency_from_json(parse(R"({"kind":"analytic","model":"gpt3-175b"})")),
                       Catch::Contains("device"));
     CHECK_THROWS_AS(tpipe::json::parse(R"({"kind": "polynomial",)"), tpipe::parse_error);
-    CHECK_THROWS_WITH(tpipe::load_latency("/nonexistent/model.json"), Catch::Contains("cannot open"));
+    CHECK_THROWS_WITH(tpipe::load_latency("/nonexistent/model.json"), Catch::Contains("does not exist"));
 }
 
 TEST_CASE("profiler times every grid point and fits a table", "[plan][profiler]")
@@ -166,4 +166,20 @@ TEST_CASE("profiler times every grid point and fits a table", "[plan][profiler]"
     const auto table = tpipe::profile(spin, tpipe::profile_grid{{1, 2}, {8, 16, 32}, {32, 64}}, {1, 3});
     CHECK(table.seconds(2, 32, 64) > table.seconds(1, 8, 0));
     CHECK(table.seconds(1, 32, 0) > table.seconds(1, 8, 0));
+}
+
+TEST_CASE("latency JSON sizes are whole numbers in their type's range, never wrapped", "[plan][json]")
+{
+    // 4294967304 = 2^32 + 8 became 8 through a narrowing cast.
+    CHECK_THROWS_WITH(tpipe::latency_from_json(tpipe::json::parse(
+                          R"({"kind": "analytic", "model": "gpt3-175b", "device": "v100", "tensor_parallel": 4294967304})")),
+                      Catch::Contains("tensor_parallel must be an integer in") && Catch::Contains("got '4294967304'"));
+    CHECK_THROWS_AS(tpipe::latency_from_json(tpipe::json::parse(
+                        R"({"kind": "analytic", "model": "gpt3-175b", "device": "v100", "precision_bytes": 1e300})")),
+                    tpipe::parse_error);
+    // A model without layers is refused as such, not as "use 1..0 stages".
+    CHECK_THROWS_WITH(tpipe::latency_from_json(tpipe::json::parse(
+                          R"({"kind": "analytic", "model": {"layers": 0, "hidden": 8, "heads": 1, "vocab": 8}, "device": "v100"})"),
+                                               tpipe::latency_context{2}),
+                      Catch::Contains("model.layers must be an integer in 1.."));
 }

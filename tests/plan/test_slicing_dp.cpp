@@ -152,6 +152,9 @@ TEST_CASE("slicing DP: a context-free linear model matches the closed form", "[p
         }
 }
 
+//! The problem passes the up-front checks (without solving it).
+void ds_validate_ok(const slicing_problem& p) { tpipe::detail::slicing::validate(p); }
+
 TEST_CASE("slicing DP refuses bad problems and bad models", "[plan][dp]")
 {
     tpipe::polynomial_latency model(std::array<double, 8>{1, 0, 1, 0, 0, 0, 0, 0});
@@ -164,6 +167,12 @@ TEST_CASE("slicing DP refuses bad problems and bad models", "[plan][dp]")
         return std::numeric_limits<double>::infinity();
     }};
     CHECK_THROWS_WITH(plan_slices(never, slicing_problem{2, 8, 1, 1}), Catch::Contains("+inf"));
+    // Work of sizes x n(n+1)/2 unit times is refused up front, naming the limit (65536 tokens at
+    // G = 1 needed ~17 GB; 2048 tokens x 64 row counts ~3 GB and a minute).
+    CHECK_THROWS_WITH(plan_slices(model, slicing_problem{2, 65536, 1, 1}),
+                      Catch::Contains("2147516416 unit times") && Catch::Contains("at most 67108864"));
+    CHECK_THROWS_WITH(plan_slices(model, slicing_problem{2, 2048, 64, 1}), Catch::Contains("unit times"));
+    CHECK_NOTHROW(ds_validate_ok(slicing_problem{2, 2048, 64, 8}));
 }
 
 TEST_CASE("slicing DP handles +inf units (slices the model cannot run)", "[plan][dp]")

@@ -112,6 +112,9 @@ measured run_spin(const program& prog, cpu_engine& eng, run_options opts, std::c
     return m;
 }
 
+//! Longest run (simulated makespan x iterations) the command starts.
+constexpr double max_run_seconds = 600;
+
 int run_command(args& a)
 {
     if (a.flag("--help")) {
@@ -121,28 +124,25 @@ int run_command(args& a)
     const auto opts = read_pipeline(a);
     const auto spin_us = a.value("--spin-us");
     if (!spin_us) throw invalid_argument("missing --spin-us U (busy time of every compute action, microseconds)");
-    const double us = args::parse<double>("--spin-us", *spin_us);
-    if (!(us >= 0)) throw invalid_argument("--spin-us must be >= 0, got " + *spin_us);
-    const int devices = a.number<int>("--devices", opts.ranks);
-    const int threads = a.number<int>("--threads", 0);
-    const int iterations = a.number<int>("--iterations", 5);
+    const double us = args::parse<double>("--spin-us", *spin_us, 0, 1e6);
+    const int devices = a.number<int>("--devices", opts.ranks, 1, max_ranks);
+    const int threads = a.number<int>("--threads", 0, 0, devices);
+    const int iterations = a.number<int>("--iterations", 5, 1, 10'000);
     const auto idle_spin = a.value("--idle-spin-us");
     const bool as_json = a.flag("--json");
     const auto trace = a.value("--trace");
     a.finish();
-    if (devices < 1) throw invalid_argument("--devices must be >= 1, got " + std::to_string(devices));
-    if (threads < 0 || threads > devices)
-        throw invalid_argument("--threads must be in [1, " + std::to_string(devices) + "] (at most one per device), got " +
-                               std::to_string(threads));
-    if (iterations < 1) throw invalid_argument("--iterations must be >= 1, got " + std::to_string(iterations));
 
     const program prog = lower(build_program(opts));
     const simulation sim = simulate(prog, per_action_costs{us * 1e-6});
+    if (sim.makespan * iterations > max_run_seconds)
+        throw invalid_argument("the run would spin for about " + std::to_string(static_cast<long long>(sim.makespan * iterations)) +
+                               " s (simulated makespan x --iterations); tpipe-plan run spins at most " +
+                               std::to_string(static_cast<int>(max_run_seconds)) + " s: lower --spin-us or --iterations");
     cpu_engine::options eo;
     eo.threads = threads;
     if (idle_spin) {
-        const double s = args::parse<double>("--idle-spin-us", *idle_spin);
-        if (!(s >= 0)) throw invalid_argument("--idle-spin-us must be >= 0, got " + *idle_spin);
+        const double s = args::parse<double>("--idle-spin-us", *idle_spin, 0, 1e6);
         eo.idle = cpu_engine::default_loop_options(threads == 0 ? cpu_engine::default_threads(devices) : threads);
         eo.idle->spin = std::chrono::nanoseconds(static_cast<long long>(s * 1e3));
     }

@@ -8,6 +8,7 @@
 
 #include "command.hpp"
 #include "sim_options.hpp"
+#include "tpipe/core/file.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/lower.hpp"
@@ -49,12 +50,9 @@ const char* help = R"(usage: tpipe-plan simulate --schedule NAME --stages P --mi
 
 program read_program_file(const std::string& path)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw invalid_argument("--program: cannot open '" + path + "'");
-    std::stringstream text;
-    text << in.rdbuf();
+    const std::string text = read_file(path, "--program file");
     try {
-        return from_csv(text.str());
+        return from_csv(text);
     } catch (const parse_error& e) {
         throw parse_error(path + ": " + e.what());
     }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -127,14 +128,12 @@ int run_slice(tpipe::cli::args& a)
     const auto link_arg = a.value("--link");
     const auto form_arg = a.value("--form");
     tpipe::slicing_problem problem;
-    problem.stages = a.required_number<int>("--stages");
-    problem.seq_len = a.required_number<std::int64_t>("--seq-len");
-    problem.batch = a.number<std::int64_t>("--batch", 1);
-    problem.granularity = a.number<std::int64_t>("--granularity", 1);
-    problem.max_microbatch = a.number<std::int64_t>("--max-microbatch", 0);
-    problem.max_partitions = a.number<std::size_t>("--max-partitions", problem.max_partitions);
-    if (a.value("--max-microbatch") && problem.max_microbatch < 1)
-        throw tpipe::invalid_argument("--max-microbatch must be >= 1 row, got " + std::to_string(problem.max_microbatch));
+    problem.stages = a.required_number<int>("--stages", 1, std::numeric_limits<int>::max());
+    problem.seq_len = a.required_number<std::int64_t>("--seq-len", 1, std::numeric_limits<std::int64_t>::max());
+    problem.batch = a.number<std::int64_t>("--batch", 1, 1, std::numeric_limits<std::int64_t>::max());
+    problem.granularity = a.number<std::int64_t>("--granularity", 1, 1, std::numeric_limits<std::int64_t>::max());
+    problem.max_microbatch = a.number<std::int64_t>("--max-microbatch", 0, 1, std::numeric_limits<std::int64_t>::max());
+    problem.max_partitions = a.number<std::size_t>("--max-partitions", problem.max_partitions, 1, 1'000'000);
     const bool shared = a.flag("--shared-cut"), per = a.flag("--per-microbatch");
     const bool as_json = a.flag("--json");
     const auto budget_arg = a.value("--memory-per-device");
@@ -156,8 +155,6 @@ int run_slice(tpipe::cli::args& a)
         throw tpipe::invalid_argument("--schedule chooses among shared cuts; drop --per-microbatch");
     if (shared && per) throw tpipe::invalid_argument("choose one of --shared-cut and --per-microbatch, not both");
     problem.mode = per ? tpipe::cut_mode::per_microbatch : tpipe::cut_mode::shared;
-    if (problem.stages < 1)
-        throw tpipe::invalid_argument("--stages must be >= 1, got " + std::to_string(problem.stages));
 
     tpipe::any_latency model;
     std::string model_text;
@@ -167,7 +164,7 @@ int run_slice(tpipe::cli::args& a)
         const auto& dev = tpipe::presets::device(device_arg.value_or("v100"));
         const auto& lnk = link_arg ? tpipe::presets::link(*link_arg) : tpipe::presets::default_link(dev);
         tpipe::analytic_latency::options opt;
-        if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg);
+        if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg, 1, 1 << 16);
         if (form_arg) opt.form = tpipe::analytic_form_of(*form_arg);
         analytic = tpipe::presets::analytic(shape, problem.stages, dev, lnk, opt);
         model_text = std::string(shape.name) + " (built-in ";

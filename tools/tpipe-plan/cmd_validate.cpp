@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "command.hpp"
+#include "tpipe/core/file.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/validate.hpp"
@@ -42,14 +43,10 @@ int validate_command(args& a)
         }
         return ok ? 0 : 1;
     };
-    std::ifstream in(*path);
-    if (!in) return report(false, "cannot open the file", nullptr);
-    std::stringstream text;
-    text << in.rdbuf();
     program p;
     try {
-        p = from_csv(text.str());
-    } catch (const parse_error& e) {
+        p = from_csv(read_file(*path, "program file"));
+    } catch (const error& e) {
         return report(false, e.what(), nullptr);
     }
     const verdict v = check(p);

@@ -18,6 +18,13 @@ struct pipeline_options {
     int slices = 1;
 };
 
+//! Size limits, so that a short command line cannot ask for hours or gigabytes of work.
+inline constexpr int max_ranks = 1 << 16;
+inline constexpr int max_microbatches = 1 << 20;
+inline constexpr long long max_computes = 1'000'000;
+//! Largest time per action: a makespan over max_computes such actions stays finite.
+inline constexpr double max_cost = 1e100;
+
 //! Every registered schedule name, comma-separated (for help and errors).
 inline std::string schedule_list()
 {
@@ -44,28 +51,31 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
         if (!s) throw invalid_argument("missing --schedule NAME (one of " + schedule_list() + ")");
         o.schedule = canonical_schedule_name(*s);  // refuses an unknown name with the list of known ones
     }
-    o.ranks = a.number<int>("--stages", o.ranks);
-    o.microbatches = a.number<int>("--microbatches", o.microbatches);
+    o.ranks = a.number<int>("--stages", o.ranks, 1, max_ranks);
+    o.microbatches = a.number<int>("--microbatches", o.microbatches, 1, max_microbatches);
     const auto virt = a.value("--virtual");
     const auto slices = a.value("--slices");
-    if (o.ranks < 1) throw invalid_argument("--stages must be >= 1 (pipeline ranks), got " + std::to_string(o.ranks));
-    if (o.microbatches < 1)
-        throw invalid_argument("--microbatches must be >= 1, got " + std::to_string(o.microbatches));
     if (virt) {
         if (need_schedule && !schedule_registry::global().at(o.schedule).takes_virtual_stages)
             throw invalid_argument("--virtual applies to the schedules that take V (" + virtual_schedule_list() +
                                    "); " + o.schedule + " places " + std::to_string(stages_per_rank(o.schedule)) +
                                    " stage(s) per rank");
-        o.virtual_stages = args::parse<int>("--virtual", *virt);
-        if (o.virtual_stages < 1)
-            throw invalid_argument("--virtual must be >= 1, got " + std::to_string(o.virtual_stages));
+        o.virtual_stages = args::parse<int>("--virtual", *virt, 1, max_ranks);
     }
     if (slices) {
-        o.slices = args::parse<int>("--slices", *slices);
-        if (o.slices < 1) throw invalid_argument("--slices must be >= 1, got " + std::to_string(o.slices));
+        o.slices = args::parse<int>("--slices", *slices, 1, max_microbatches);
     } else if (need_schedule && o.schedule.rfind("terapipe-", 0) == 0) {
         throw invalid_argument(o.schedule + " pipelines token slices: give --slices S (slices per microbatch)");
     }
+    // Every stage computes every unit: the program has about stages x units x 3 actions.
+    const double computes = double(o.ranks) * (need_schedule ? stages_per_rank(o.schedule, o.virtual_stages) : 1) *
+                            double(o.microbatches) * double(o.slices);
+    if (computes > max_computes)
+        throw invalid_argument("--stages " + std::to_string(o.ranks) + " x --microbatches " +
+                               std::to_string(o.microbatches) + " x --slices " + std::to_string(o.slices) +
+                               " (x stages per rank) is " + std::to_string(static_cast<long long>(computes)) +
+                               " stage computations; tpipe-plan builds at most " + std::to_string(max_computes) +
+                               " (about 400 MB and a second or two to simulate)");
     return o;
 }
 
@@ -73,13 +83,11 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
 inline uniform_costs read_costs(args& a, const pipeline_options& o)
 {
     uniform_costs c;
-    c.f = a.number<double>("--f", 1.0);
-    c.b = a.number<double>("--b", 1.0);
-    c.w = a.number<double>("--w", 1.0);
-    c.comm = a.number<double>("--comm", 0.0);
+    c.f = a.number<double>("--f", 1.0, 0, max_cost);
+    c.b = a.number<double>("--b", 1.0, 0, max_cost);
+    c.w = a.number<double>("--w", 1.0, 0, max_cost);
+    c.comm = a.number<double>("--comm", 0.0, 0, max_cost);
     c.tokens_per_microbatch = o.slices;
-    for (auto [name, v] : {std::pair{"--f", c.f}, {"--b", c.b}, {"--w", c.w}, {"--comm", c.comm}})
-        if (!(v >= 0)) throw invalid_argument(std::string(name) + " must be a time >= 0, got " + std::to_string(v));
     if (c.f + c.b + c.w <= 0) throw invalid_argument("--f, --b and --w cannot all be 0");
     return c;
 }

@@ -2,16 +2,30 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
+#include <system_error>
 
 namespace gpt {
 
 // ---- thread pool ---------------------------------------------------------------------------
 thread_pool::thread_pool(int threads) : threads_(threads < 1 ? 1 : threads)
 {
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { work_loop(); });
+    try {
+        for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { work_loop(); });
+    } catch (const std::system_error& e) {
+        // The destructor does not run for a half-built pool: stop the workers already started
+        // here, or they would wait forever (and their std::thread would terminate the process).
+        const auto started = workers_.size();
+        stop_workers();
+        throw std::runtime_error("gpt::thread_pool: could start only " + std::to_string(started + 1) + " of " +
+                                 std::to_string(threads_) + " threads (" + e.what() + "); use fewer threads");
+    }
 }
 
-thread_pool::~thread_pool()
+thread_pool::~thread_pool() { stop_workers(); }
+
+void thread_pool::stop_workers()
 {
     {
         std::lock_guard lk(mu_);
@@ -19,6 +33,7 @@ thread_pool::~thread_pool()
     }
     wake_.notify_all();
     for (auto& w : workers_) w.join();
+    workers_.clear();
 }
 
 void thread_pool::drain(const std::function<void(int)>* job, int tasks)

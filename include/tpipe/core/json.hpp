@@ -1,8 +1,9 @@
 #pragma once
 // A small JSON value with a strict parser and a writer: enough for model files, CLI output
 // and traces, without pulling a dependency into a header-only library.
-#include <cctype>
+#include <algorithm>
 #include <cmath>
+#include <charconv>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -71,10 +72,51 @@ private:
 };
 
 namespace detail {
-inline void write_string(std::ostream& os, const std::string& s)
+//! Length of the well-formed UTF-8 sequence starting at s[i] (RFC 3629: no overlongs, no
+//! surrogates, nothing above U+10FFFF), or 0 if the bytes there are not one.
+inline std::size_t utf8_sequence(std::string_view s, std::size_t i)
+{
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+    const unsigned char b0 = byte(i);
+    if (b0 < 0x80) return 1;
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b0 >= 0xC2 && b0 <= 0xDF) n = 2;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        n = 3;
+        if (b0 == 0xE0) lo = 0xA0;
+        if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+        n = 4;
+        if (b0 == 0xF0) lo = 0x90;
+        if (b0 == 0xF4) hi = 0x8F;
+    } else {
+        return 0;
+    }
+    if (i + n > s.size() || byte(i + 1) < lo || byte(i + 1) > hi) return 0;
+    for (std::size_t k = 2; k < n; ++k)
+        if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
+    return n;
+}
+
+//! Writes s as a JSON string; bytes that are not UTF-8 become U+FFFD, so the output is always JSON.
+inline void write_string(std::ostream& os, std::string_view s)
 {
     os << '"';
-    for (char c : s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const char c = s[i];
+        const std::size_t n = utf8_sequence(s, i);
+        if (n == 0) {
+            os << "\\ufffd";
+            ++i;
+            continue;
+        }
+        if (n > 1) {
+            os << s.substr(i, n);
+            i += n;
+            continue;
+        }
+        ++i;
         switch (c) {
         case '"': os << "\\\""; break;
         case '\\': os << "\\\\"; break;
@@ -182,9 +224,14 @@ private:
         do {
             skip_ws();
             if (i_ >= s_.size() || s_[i_] != '"') fail("expected a string key");
+            const std::size_t key_at = i_;
             std::string k = str();
             expect(':');
-            o[k] = any();
+            value v = any();
+            if (!o.emplace(std::move(k), std::move(v)).second) {
+                i_ = key_at;
+                fail("duplicate key " + dump_key(s_, key_at));
+            }
         } while (eat(','));
         expect('}');
         return o;
@@ -205,14 +252,22 @@ private:
         std::string out;
         while (true) {
             if (i_ >= s_.size()) fail("unterminated string");
-            char c = s_[i_++];
-            if (c == '"') return out;
+            const char c = s_[i_];
+            if (c == '"') {
+                ++i_;
+                return out;
+            }
+            if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string (escape it, e.g. \\n)");
             if (c != '\\') {
-                out += c;
+                const std::size_t n = utf8_sequence(s_, i_);
+                if (n == 0) fail("invalid UTF-8 in a string");
+                out += s_.substr(i_, n);
+                i_ += n;
                 continue;
             }
+            ++i_;
             if (i_ >= s_.size()) fail("unterminated escape");
-            char e = s_[i_++];
+            const char e = s_[i_++];
             switch (e) {
             case '"': out += '"'; break;
             case '\\': out += '\\'; break;
@@ -222,44 +277,97 @@ private:
             case 'r': out += '\r'; break;
             case 'b': out += '\b'; break;
             case 'f': out += '\f'; break;
-            case 'u': {
-                if (i_ + 4 > s_.size()) fail("short \\u escape");
-                unsigned cp = std::stoul(std::string(s_.substr(i_, 4)), nullptr, 16);
-                i_ += 4;
-                if (cp < 0x80) out += static_cast<char>(cp);
-                else if (cp < 0x800) {
-                    out += static_cast<char>(0xC0 | (cp >> 6));
-                    out += static_cast<char>(0x80 | (cp & 0x3F));
-                } else {
-                    out += static_cast<char>(0xE0 | (cp >> 12));
-                    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-                    out += static_cast<char>(0x80 | (cp & 0x3F));
-                }
-                break;
-            }
-            default: fail(std::string("unknown escape \\") + e);
+            case 'u': append_utf8(out, code_point()); break;
+            default: --i_; fail(std::string("unknown escape \\") + e);
             }
         }
     }
+    //! The code point of a \\uXXXX escape (i_ just after the u), joining a surrogate pair.
+    unsigned code_point()
+    {
+        unsigned cp = hex4();
+        if (cp >= 0xDC00 && cp <= 0xDFFF) fail("\\u escape is a lone low surrogate (U+DC00..U+DFFF must follow a high one)");
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (!word("\\u")) fail("\\u escape is a high surrogate not followed by a \\u low surrogate");
+            const unsigned low = hex4();
+            if (low < 0xDC00 || low > 0xDFFF) fail("\\u high surrogate followed by something other than a low surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+        }
+        return cp;
+    }
+    unsigned hex4()
+    {
+        unsigned cp = 0;
+        for (int k = 0; k < 4; ++k, ++i_) {
+            if (i_ >= s_.size()) fail("\\u escape needs 4 hex digits");
+            const char h = s_[i_];
+            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            if (d < 0) fail("\\u escape needs 4 hex digits");
+            cp = cp * 16 + static_cast<unsigned>(d);
+        }
+        return cp;
+    }
+    static void append_utf8(std::string& out, unsigned cp)
+    {
+        if (cp < 0x80) {
+            out += static_cast<char>(cp);
+        } else if (cp < 0x800) {
+            out += static_cast<char>(0xC0 | (cp >> 6));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out += static_cast<char>(0xE0 | (cp >> 12));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        } else {
+            out += static_cast<char>(0xF0 | (cp >> 18));
+            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            out += static_cast<char>(0x80 | (cp & 0x3F));
+        }
+    }
+    //! The key starting at the quote s[at], for an error message (cut short if long).
+    static std::string dump_key(std::string_view s, std::size_t at)
+    {
+        std::size_t end = at + 1;
+        while (end < s.size() && s[end] != '"' && end - at < 64) end += s[end] == '\\' ? 2 : 1;
+        return std::string(s.substr(at, std::min(end + 1, s.size()) - at));
+    }
+    //! RFC 8259's number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, and finite as a double.
     value num()
     {
-        std::size_t start = i_;
-        if (i_ < s_.size() && (s_[i_] == '-' || s_[i_] == '+')) ++i_;
-        while (i_ < s_.size() && (std::isdigit(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
-                                  s_[i_] == 'e' || s_[i_] == 'E' || s_[i_] == '-' || s_[i_] == '+'))
+        const std::size_t start = i_;
+        const auto digit = [&] { return i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; };
+        const auto digits = [&](const char* what) {
+            if (!digit()) fail(what);
+            while (digit()) ++i_;
+        };
+        if (i_ < s_.size() && s_[i_] == '+') fail("a number cannot start with '+' (JSON has no plus sign)");
+        if (i_ < s_.size() && s_[i_] == '-') ++i_;
+        if (!digit()) fail(i_ == start ? "expected a value" : "expected a digit after '-'");
+        if (s_[i_] == '0') {
             ++i_;
-        if (start == i_) fail("expected a value");
-        std::string tok(s_.substr(start, i_ - start));
-        std::size_t used = 0;
-        double d = 0;
-        try {
-            d = std::stod(tok, &used);
-        } catch (...) {
-            used = 0;
+            if (digit()) {
+                i_ = start;
+                fail("number has a leading zero");
+            }
+        } else {
+            digits("expected a digit");
         }
-        if (used != tok.size()) {
+        if (i_ < s_.size() && s_[i_] == '.') {
+            ++i_;
+            digits("expected a digit after '.'");
+        }
+        if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
+            ++i_;
+            if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
+            digits("expected a digit in the exponent");
+        }
+        const std::string_view tok = s_.substr(start, i_ - start);
+        double d = 0;  // the grammar above is a subset of from_chars' (which ignores the locale)
+        const auto [end, ec] = std::from_chars(tok.data(), tok.data() + tok.size(), d);
+        if (ec != std::errc{} || end != tok.data() + tok.size() || !std::isfinite(d)) {
             i_ = start;
-            fail("malformed number '" + tok + "'");
+            fail("number " + std::string(tok) + " does not fit a double");
         }
         return d;
     }

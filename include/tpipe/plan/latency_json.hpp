@@ -22,10 +22,13 @@
 #include <cstdint>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <sstream>
 #include <string>
 
+#include "tpipe/core/checked.hpp"
 #include "tpipe/core/error.hpp"
+#include "tpipe/core/file.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/plan/analytic_latency.hpp"
 #include "tpipe/plan/latency_model.hpp"
@@ -58,11 +61,17 @@ inline void only_keys(const json::object& o, std::initializer_list<const char*> 
 
 inline double number(const json::value& v, const std::string& what) { return v.as_number(what); }
 
-inline std::int64_t integer(const json::value& v, const std::string& what)
+//! A whole number of type T in [lo, hi] (never a wrapped or truncated cast).
+template <class T = std::int64_t>
+T integer(const json::value& v, const std::string& what, T lo = std::numeric_limits<T>::min(),
+          T hi = std::numeric_limits<T>::max())
 {
     const double d = v.as_number(what);
-    if (d != std::floor(d) || std::fabs(d) > 9e15) throw parse_error(what + " must be an integer, got " + std::to_string(d));
-    return static_cast<std::int64_t>(d);
+    try {
+        return checked_integer<T>(what, d, lo, hi);
+    } catch (const invalid_argument& e) {
+        throw parse_error(e.what());
+    }
 }
 
 inline double optional_number(const json::object& o, const char* key, double fallback, const std::string& where)
@@ -77,9 +86,9 @@ inline transformer_shape model_shape(const json::value& v)
     const auto& o = v.as_object("analytic \"model\" (a preset name or an object)");
     only_keys(o, {"name", "layers", "hidden", "heads", "vocab"}, "analytic model");
     transformer_shape m;
-    m.layers = static_cast<int>(integer(v.at("layers"), "model.layers"));
+    m.layers = integer<int>(v.at("layers"), "model.layers", 1);
     m.hidden = integer(v.at("hidden"), "model.hidden");
-    m.heads = static_cast<int>(integer(v.at("heads"), "model.heads"));
+    m.heads = integer<int>(v.at("heads"), "model.heads");
     m.vocab = integer(v.at("vocab"), "model.vocab");
     return m;
 }
@@ -99,8 +108,8 @@ inline device_spec device(const json::value& v)
     d.kernel_overhead = optional_number(o, "kernel_overhead", 0.0, "device");
     d.matmul_efficiency = optional_number(o, "matmul_efficiency", 1.0, "device");
     d.memory_efficiency = optional_number(o, "memory_efficiency", 1.0, "device");
-    if (o.contains("sm_count")) d.sm_count = static_cast<int>(integer(v.at("sm_count"), "device.sm_count"));
-    if (o.contains("gemm_tile")) d.gemm_tile = static_cast<int>(integer(v.at("gemm_tile"), "device.gemm_tile"));
+    if (o.contains("sm_count")) d.sm_count = integer<int>(v.at("sm_count"), "device.sm_count");
+    if (o.contains("gemm_tile")) d.gemm_tile = integer<int>(v.at("gemm_tile"), "device.gemm_tile");
     d.all_reduce_latency = optional_number(o, "all_reduce_latency", 0.0, "device");
     d.host_op_overhead = optional_number(o, "host_op_overhead", 0.0, "device");
     return d;
@@ -168,11 +177,11 @@ inline analytic_latency analytic_from_json(const json::value& doc, const latency
                           "ib-ndr) or {\"bandwidth\": bytes/s, \"latency\": s, \"efficiency\": 0..1}");
     const link_spec lnk = doc.contains("link") ? lj::link(doc.at("link")) : presets::default_link(dev);
     const int layers = doc.contains("layers_per_stage")
-                           ? static_cast<int>(lj::integer(doc.at("layers_per_stage"), "layers_per_stage"))
+                           ? lj::integer<int>(doc.at("layers_per_stage"), "layers_per_stage", 1)
                            : presets::layers_per_stage(shape.layers, ctx.stages);
     analytic_latency::options opt;
-    if (doc.contains("precision_bytes")) opt.precision_bytes = static_cast<int>(lj::integer(doc.at("precision_bytes"), "precision_bytes"));
-    if (doc.contains("tensor_parallel")) opt.tensor_parallel = static_cast<int>(lj::integer(doc.at("tensor_parallel"), "tensor_parallel"));
+    if (doc.contains("precision_bytes")) opt.precision_bytes = lj::integer<int>(doc.at("precision_bytes"), "precision_bytes");
+    if (doc.contains("tensor_parallel")) opt.tensor_parallel = lj::integer<int>(doc.at("tensor_parallel"), "tensor_parallel");
     if (doc.contains("with_head")) opt.with_head = doc.at("with_head").as_bool("with_head");
     if (doc.contains("form")) {
         try {
@@ -181,7 +190,7 @@ inline analytic_latency analytic_from_json(const json::value& doc, const latency
             throw parse_error(e.what());
         }
     }
-    if (doc.contains("gradient_bytes")) opt.gradient_bytes = static_cast<int>(lj::integer(doc.at("gradient_bytes"), "gradient_bytes"));
+    if (doc.contains("gradient_bytes")) opt.gradient_bytes = lj::integer<int>(doc.at("gradient_bytes"), "gradient_bytes");
     return analytic_latency(shape, layers, dev, lnk, opt);
 }
 
@@ -198,12 +207,9 @@ inline any_latency latency_from_json(const json::value& doc, const latency_conte
 //! Reads a model file; errors name the file.
 inline any_latency load_latency(const std::string& path, const latency_context& ctx = {})
 {
-    std::ifstream in(path);
-    if (!in) throw invalid_argument("cannot open latency model file \"" + path + "\"");
-    std::ostringstream text;
-    text << in.rdbuf();
+    const std::string text = read_file(path, "latency model file");
     try {
-        return latency_from_json(json::parse(text.str()), ctx);
+        return latency_from_json(json::parse(text), ctx);
     } catch (const parse_error& e) {
         throw parse_error("latency model file \"" + path + "\": " + e.what());
     } catch (const invalid_argument& e) {

@@ -587,6 +587,9 @@ inline bool better(const slicing_plan& a, const slicing_plan& b)
     return a.slices < b.slices;
 }
 
+//! The most (microbatch size, slice) unit times one plan may price.
+inline constexpr std::int64_t max_unit_times = std::int64_t{1} << 26;
+
 inline void validate(const slicing_problem& pr)
 {
     require(pr.stages >= 1, "slicing: stages K must be >= 1, got " + std::to_string(pr.stages));
@@ -608,6 +611,17 @@ inline void validate(const slicing_problem& pr)
                 std::to_string(pr.batch) + "; use shared cuts");
     require(pr.max_microbatch >= 0, "slicing: max_microbatch must be >= 1 row (or 0 for the whole batch), got " +
                                         std::to_string(pr.max_microbatch));
+    // The planner prices every slice [i, j) of the n token units for each microbatch size it may
+    // use: memory and time grow as sizes * n(n+1)/2, so refuse what would need gigabytes.
+    const double n = static_cast<double>(pr.seq_len / pr.granularity);
+    const double sizes = static_cast<double>(pr.max_microbatch == 0 ? pr.batch : std::min(pr.batch, pr.max_microbatch));
+    const double unit_times = sizes * n * (n + 1) / 2;
+    require(unit_times <= max_unit_times,
+            "slicing: " + std::to_string(static_cast<std::int64_t>(n)) + " token units and up to " +
+                std::to_string(static_cast<std::int64_t>(sizes)) + " microbatch sizes need " +
+                std::to_string(static_cast<std::int64_t>(unit_times)) + " unit times (sizes x n(n+1)/2); the planner "
+                "prices at most " + std::to_string(max_unit_times) + " (about 1.5 GiB, under a minute): use a coarser "
+                "granularity G, or a smaller batch or max_microbatch");
 }
 
 } // namespace detail::slicing

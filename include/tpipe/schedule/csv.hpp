@@ -67,6 +67,13 @@ inline program from_csv(std::string_view text)
         pos = eol + 1;
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.find_first_not_of(" \t") == std::string_view::npos) {
+            // Line r is rank r: a blank line would be a rank without actions. Trailing ones are
+            // end-of-file padding; one between ranks is refused.
+            if (text.find_first_not_of(" \t\r\n", pos > text.size() ? text.size() : pos) == std::string_view::npos) break;
+            throw parse_error("CSV line " + std::to_string(line_no) + " is blank; line r lists rank r's actions, so a "
+                              "blank line would be a rank with none (remove it)");
+        }
         const int rank = static_cast<int>(p.actions.size());
         auto& row = p.actions.emplace_back();
         std::size_t c = 0;
@@ -87,6 +94,13 @@ inline program from_csv(std::string_view text)
             for (const action& a : cell_actions) {
                 row.push_back(a);
                 if (a.kind == op::OVERLAP_F_B) continue;
+                // A valid program names every stage 0..S-1 and microbatch 0..M-1, each in at least
+                // two bytes of text: a larger index cannot be valid, and would size tables by it.
+                if (static_cast<std::size_t>(a.stage) >= text.size() || static_cast<std::size_t>(a.microbatch) >= text.size() ||
+                    static_cast<std::size_t>(a.slice) >= text.size())
+                    throw parse_error("CSV line " + std::to_string(line_no) + ": action '" + to_string(a) +
+                                      "' has an index larger than the file's " + std::to_string(text.size()) +
+                                      " bytes; a valid program names every stage, microbatch and slice below it");
                 if (static_cast<int>(placement.size()) <= a.stage) placement.resize(a.stage + 1, -1);
                 if (is_compute(a.kind)) {
                     if (placement[a.stage] != -1 && placement[a.stage] != rank)

@@ -27,6 +27,7 @@ public:
 
 private:
     void work_loop();
+    void stop_workers();  //!< stops and joins every started worker
     void drain(const std::function<void(int)>* job, int tasks);
 
     int threads_ = 1;
