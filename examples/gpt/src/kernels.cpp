@@ -1,7 +1,6 @@
 #include "gpt/kernels.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -115,8 +114,11 @@ namespace {
 // std::exp in double (the double build exists for the finite-difference checks).
 inline float exp_fast(float x)
 {
-    x = std::min(88.3762626647949f, std::max(-87.3365447504f, x));
-    const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+    x = x < -87.3365447504f ? -87.3365447504f : (x > 88.3762626647949f ? 88.3762626647949f : x);
+    // Round to nearest by adding and removing 1.5 * 2^23 (std::floor does not vectorise
+    // without -ffast-math); |x * log2(e)| < 128 here.
+    constexpr float round_magic = 12582912.0f;
+    const float n = (x * 1.44269504088896341f + round_magic) - round_magic;
     const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500E-4f;
     p = p * r + 1.3981999507E-3f;
@@ -126,7 +128,9 @@ inline float exp_fast(float x)
     p = p * r + 5.0000001201E-1f;
     p = p * r * r + r + 1.0f;
     const std::int32_t e = (static_cast<std::int32_t>(n) + 127) << 23;
-    return p * std::bit_cast<float>(e);
+    float scale;
+    std::memcpy(&scale, &e, sizeof scale);  // 2^n (std::bit_cast does not vectorise in GCC 12)
+    return p * scale;
 }
 template <class T>
 inline T exp_(T x)
