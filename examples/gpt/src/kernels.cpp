@@ -462,7 +462,7 @@ void adamw_update(std::int64_t count, const adamw_coefficients& c, const T* grad
         const T vi = b2 * v[i] + (T(1) - b2) * g * g;
         m[i] = mi;
         v[i] = vi;
-        const T w = decay[i] ? value[i] - shrink * value[i] : value[i];
+        const T w = value[i] - shrink * T(decay[i]) * value[i];  // decay[i] is 0 or 1: no branch
         value[i] = w - step * mi / (std::sqrt(vi) * rbc2 + eps);
     }
 }
