@@ -1,6 +1,7 @@
 #include "gpt/kernels.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,17 +41,40 @@ void thread_pool::drain(job j, int tasks)
     }
 }
 
+namespace {
+// How long an idle worker (or a caller waiting for its workers) polls before it sleeps: the
+// kernels of one step follow each other within microseconds, and a futex wake-up costs more
+// than the short ones take.
+constexpr auto pool_spin = std::chrono::microseconds(50);
+
+template <class Ready>
+bool spin_until(Ready ready)
+{
+    const auto until = std::chrono::steady_clock::now() + pool_spin;
+    for (;;) {
+        for (int i = 0; i < 64; ++i) {
+            if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        if (std::chrono::steady_clock::now() >= until) return ready();
+    }
+}
+} // namespace
+
 void thread_pool::work_loop()
 {
     std::uint64_t seen = 0;
     for (;;) {
         job j;
         int tasks = 0;
+        spin_until([&] { return generation_.load(std::memory_order_acquire) != seen || stop_.load(); });
         {
             std::unique_lock lk(mu_);
-            wake_.wait(lk, [&] { return stop_ || generation_ != seen; });
+            wake_.wait(lk, [&] { return stop_ || generation_.load(std::memory_order_relaxed) != seen; });
             if (stop_) return;
-            seen = generation_;
+            seen = generation_.load(std::memory_order_relaxed);
             j = job_;
             tasks = tasks_;
             ++active_;
@@ -79,10 +103,11 @@ void thread_pool::run_job(job j, int tasks)
         next_.store(0, std::memory_order_relaxed);
         done_.store(0, std::memory_order_relaxed);
         error_ = nullptr;
-        ++generation_;
+        generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     drain(j, tasks);
+    spin_until([&] { return done_.load(std::memory_order_acquire) == tasks; });
     std::exception_ptr err;
     {
         std::unique_lock lk(mu_);

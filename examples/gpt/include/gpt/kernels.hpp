@@ -48,8 +48,8 @@ private:
     std::vector<std::thread> workers_;
     std::mutex mu_;
     std::condition_variable wake_, done_cv_;
-    std::uint64_t generation_ = 0;
-    bool stop_ = false;
+    std::atomic<std::uint64_t> generation_{0};  // written under mu_, polled by idle workers
+    std::atomic<bool> stop_{false};
     job job_{};
     int tasks_ = 0;
     int active_ = 0;
