@@ -7,7 +7,7 @@
 #      checked against the same training without a pipeline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
+bash tools/setup.sh libopenblas-pthread-dev  # the reference GPT's GEMMs
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPIPE_BUILD_EXAMPLES=ON >/dev/null
 echo "building tpipe-plan and train_gpt in $build/ ..."

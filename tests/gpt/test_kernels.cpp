@@ -43,7 +43,7 @@ void check_gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb
 
 } // namespace
 
-TEMPLATE_TEST_CASE("blocked gemm equals the triple loop", "[gpt][kernels]", float, double)
+TEMPLATE_TEST_CASE("BLAS gemm equals the triple loop", "[gpt][kernels]", float, double)
 {
     gpt::thread_pool pool(2);
     for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {6, 16, 8}, {13, 33, 300}, {130, 40, 17}, {7, 2100, 9},

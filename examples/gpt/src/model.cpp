@@ -118,113 +118,7 @@ void parameters<T>::zero_grad()
     std::fill(grad.begin(), grad.end(), T(0));
 }
 
-// ---- small kernels -------------------------------------------------------------------------
 namespace {
-
-template <class T>
-void layernorm_forward(std::int64_t n, std::int64_t d, const T* x, const T* g, const T* b, double eps, T* y,
-                       T* mean, T* rstd)
-{
-    for (std::int64_t i = 0; i < n; ++i) {
-        const T* xi = x + i * d;
-        T m = 0;
-        for (std::int64_t c = 0; c < d; ++c) m += xi[c];
-        m /= T(d);
-        T v = 0;
-        for (std::int64_t c = 0; c < d; ++c) v += (xi[c] - m) * (xi[c] - m);
-        v /= T(d);
-        const T r = T(1) / std::sqrt(v + T(eps));
-        mean[i] = m;
-        rstd[i] = r;
-        T* yi = y + i * d;
-        for (std::int64_t c = 0; c < d; ++c) yi[c] = (xi[c] - m) * r * g[c] + b[c];
-    }
-}
-
-// dx += d LN(x) / dx applied to dy
-template <class T>
-void layernorm_backward(std::int64_t n, std::int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
-                        const T* g, T* dx)
-{
-    for (std::int64_t i = 0; i < n; ++i) {
-        const T* xi = x + i * d;
-        const T* dyi = dy + i * d;
-        const T m = mean[i], r = rstd[i];
-        T a = 0, bsum = 0;
-        for (std::int64_t c = 0; c < d; ++c) {
-            const T dxh = dyi[c] * g[c];
-            a += dxh;
-            bsum += dxh * (xi[c] - m) * r;
-        }
-        a /= T(d);
-        bsum /= T(d);
-        T* dxi = dx + i * d;
-        for (std::int64_t c = 0; c < d; ++c) {
-            const T xh = (xi[c] - m) * r;
-            dxi[c] += r * (dyi[c] * g[c] - a - xh * bsum);
-        }
-    }
-}
-
-template <class T>
-void layernorm_param_grad(std::int64_t n, std::int64_t d, const T* dy, const T* x, const T* mean, const T* rstd,
-                          T* dg, T* db)
-{
-    for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t c = 0; c < d; ++c) {
-            const T xh = (x[i * d + c] - mean[i]) * rstd[i];
-            dg[c] += dy[i * d + c] * xh;
-            db[c] += dy[i * d + c];
-        }
-}
-
-template <class T>
-void add_bias(std::int64_t n, std::int64_t d, const T* b, T* y)
-{
-    for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t c = 0; c < d; ++c) y[i * d + c] += b[c];
-}
-
-template <class T>
-void col_sum(std::int64_t n, std::int64_t d, const T* x, T* out)
-{
-    for (std::int64_t i = 0; i < n; ++i)
-        for (std::int64_t c = 0; c < d; ++c) out[c] += x[i * d + c];
-}
-
-constexpr double gelu_k = 0.7978845608028654;  // sqrt(2/pi)
-constexpr double gelu_a = 0.044715;
-
-// tanh for the GELU: in float through one expf (glibc's tanhf goes through expm1f and is several
-// times slower; the absolute error here is ~1e-7, which is all the GELU needs); exact in double.
-template <class T>
-T tanh_for_gelu(T u)
-{
-    if constexpr (std::is_same_v<T, float>) {
-        const float e = std::exp(2.0f * std::clamp(u, -15.0f, 15.0f));
-        return (e - 1.0f) / (e + 1.0f);
-    } else {
-        return std::tanh(u);
-    }
-}
-
-template <class T>
-T gelu(T x)
-{
-    const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
-    return T(0.5) * x * (T(1) + tanh_for_gelu(u));
-}
-template <class T>
-T gelu_grad(T x)
-{
-    const T u = T(gelu_k) * (x + T(gelu_a) * x * x * x);
-    const T th = tanh_for_gelu(u);
-    const T du = T(gelu_k) * (T(1) + T(3 * gelu_a) * x * x);
-    return T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du;
-}
-
-//! Queries per attention block: a block of queries reads only the keys it can see.
-constexpr std::int64_t query_block = 64;
 
 [[noreturn]] void refuse(const std::string& what) { throw std::logic_error("gpt::part: " + what); }
 
@@ -256,22 +150,84 @@ struct part<T>::impl {
     std::map<std::pair<int, int>, unit_saved> units;
     std::vector<T> head_grad;  // tied head on the last part: private accumulator
 
-    //! Fresh per-microbatch state: zeroed K/V caches and K/V gradient accumulators.
+    // Workspaces. Finished units, microbatches and activation buffers are kept and handed to the
+    // next ones, so that the steady state allocates nothing: vectors are resized within their
+    // capacity instead of being freed and faulted in again every step.
+    std::vector<unit_saved> spare_units;
+    std::vector<mb_state> spare_mbs;
+    std::vector<std::vector<T>> spare_buffers;  // activations and gradients that came back
+    std::vector<T> dattn, attn_scratch;         // backward temporaries
+    static constexpr std::size_t max_spare_buffers = 16;
+
+    //! Fresh per-microbatch state: K/V caches (only positions already forwarded are ever read)
+    //! and zeroed K/V gradient accumulators.
     typename std::map<int, mb_state>::iterator new_microbatch(int microbatch, std::int64_t row_begin,
                                                               std::int64_t row_end, std::int64_t d, int layers)
     {
         auto& st = mbs[microbatch];
-        st = {};
+        if (!spare_mbs.empty()) {
+            st = std::move(spare_mbs.back());
+            spare_mbs.pop_back();
+        } else {
+            st = {};
+        }
         st.rows = row_end - row_begin;
         st.row_begin = row_begin;
+        st.forwarded = 0;
+        st.backward_at = -1;
         const std::size_t cache = static_cast<std::size_t>(st.rows * data->seq_len * d);
+        for (auto* c : {&st.k, &st.v, &st.dk, &st.dv}) c->resize(static_cast<std::size_t>(layers));
         for (int l = 0; l < layers; ++l) {
-            st.k.emplace_back(cache, T(0));
-            st.v.emplace_back(cache, T(0));
-            st.dk.emplace_back(cache, T(0));
-            st.dv.emplace_back(cache, T(0));
+            st.k[l].resize(cache);
+            st.v[l].resize(cache);
+            st.dk[l].assign(cache, T(0));
+            st.dv[l].assign(cache, T(0));
         }
         return mbs.find(microbatch);
+    }
+    void retire(typename std::map<int, mb_state>::iterator it)
+    {
+        spare_mbs.push_back(std::move(it->second));
+        mbs.erase(it);
+    }
+    //! The saved state of a new unit, recycled from a finished one when there is one.
+    unit_saved& new_unit(std::pair<int, int> key, int layers)
+    {
+        auto& us = units[key];
+        if (!spare_units.empty()) {
+            us = std::move(spare_units.back());
+            spare_units.pop_back();
+        } else {
+            us = {};
+        }
+        us.input_done = false;
+        us.layers.resize(static_cast<std::size_t>(layers));
+        return us;
+    }
+    void retire(typename std::map<std::pair<int, int>, unit_saved>::iterator it)
+    {
+        spare_units.push_back(std::move(it->second));
+        units.erase(it);
+    }
+    void retire_all()
+    {
+        while (!mbs.empty()) retire(mbs.begin());
+        while (!units.empty()) retire(units.begin());
+    }
+    //! A buffer of `size` values (contents unspecified), from the spares when possible.
+    std::vector<T> take_buffer(std::size_t size)
+    {
+        std::vector<T> b;
+        if (!spare_buffers.empty()) {
+            b = std::move(spare_buffers.back());
+            spare_buffers.pop_back();
+        }
+        b.resize(size);
+        return b;
+    }
+    void give_buffer(std::vector<T>&& b)
+    {
+        if (b.capacity() > 0 && spare_buffers.size() < max_spare_buffers) spare_buffers.push_back(std::move(b));
     }
 };
 
@@ -303,8 +259,7 @@ void part<T>::begin(const batch* b, std::int64_t total_tokens)
                std::to_string(params_->cfg.seq_len) + " positions");
     impl_->data = b;
     impl_->total = total_tokens > 0 ? total_tokens : b->rows * b->seq_len;
-    impl_->mbs.clear();
-    impl_->units.clear();
+    impl_->retire_all();
     loss_ = 0;
 }
 
@@ -377,15 +332,13 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     }
     auto& mb = it->second;
     mb.forwarded = t1;
-    auto& us = I.units[{u.microbatch, u.slice}];
-    us = {};
-    us.layers.resize(static_cast<std::size_t>(l1_ - l0_));
+    auto& us = I.new_unit({u.microbatch, u.slice}, l1_ - l0_);
 
     const T* W = params_->value.data();
     thread_pool& pool = *pool_;
     std::vector<T> x;
     if (first_) {
-        x.assign(static_cast<std::size_t>(n * d), T(0));
+        x = I.take_buffer(static_cast<std::size_t>(n * d));
         const T* wte = W + params_->lay.wte;
         const T* wpe = W + params_->lay.wpe;
         for (std::int64_t r = 0; r < rows; ++r)
@@ -403,7 +356,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
         x = std::move(in.data);
     }
 
-    const T scale = T(1) / std::sqrt(T(dh));
+    const attention_shape shape{rows, H, dh, s, t0, Lb};
     for (int l = l0_; l < l1_; ++l) {
         const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
         auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
@@ -412,11 +365,11 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
         sv.ln1.resize(static_cast<std::size_t>(n * d));
         sv.mean1.resize(static_cast<std::size_t>(n));
         sv.rstd1.resize(static_cast<std::size_t>(n));
-        layernorm_forward(n, d, x.data(), W + bl.ln1_g, W + bl.ln1_b, cfg.ln_eps, sv.ln1.data(), sv.mean1.data(),
-                          sv.rstd1.data());
+        layernorm_forward(pool, n, d, x.data(), W + bl.ln1_g, W + bl.ln1_b, cfg.ln_eps, sv.ln1.data(),
+                          sv.mean1.data(), sv.rstd1.data());
         sv.qkv.resize(static_cast<std::size_t>(n * 3 * d));
         gemm<T>(pool, n, 3 * d, d, {sv.ln1.data(), d, 1}, {W + bl.w_qkv, 3 * d, 1}, sv.qkv.data(), 3 * d, false);
-        add_bias(n, 3 * d, W + bl.b_qkv, sv.qkv.data());
+        add_bias(pool, n, 3 * d, W + bl.b_qkv, sv.qkv.data());
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t i = 0; i < s; ++i) {
                 const T* src = sv.qkv.data() + (r * s + i) * 3 * d;
@@ -425,54 +378,23 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
             }
         sv.probs.resize(static_cast<std::size_t>(rows * H * s * t1));
         sv.attn.resize(static_cast<std::size_t>(n * d));
-        pool.run(static_cast<int>(rows * H), [&](int rh) {
-            const std::int64_t r = rh / H, h = rh % H;
-            T* P = sv.probs.data() + rh * s * t1;
-            const T* Kr = K.data() + r * Lb * d + h * dh;
-            const T* Vr = Vc.data() + r * Lb * d + h * dh;
-            // Query blocks: block [i0, i1) needs keys [0, t0 + i1) only (causal).
-            for (std::int64_t i0 = 0; i0 < s; i0 += query_block) {
-                const std::int64_t i1 = std::min(s, i0 + query_block), kl = t0 + i1;
-                T* Pb = P + i0 * t1;
-                gemm<T>(i1 - i0, kl, dh, {sv.qkv.data() + (r * s + i0) * 3 * d + h * dh, 3 * d, 1}, {Kr, 1, d}, Pb,
-                        t1, false);
-                for (std::int64_t i = i0; i < i1; ++i) {
-                    T* row = P + i * t1;
-                    const std::int64_t lim = t0 + i + 1;
-                    T mx = -std::numeric_limits<T>::infinity();
-                    for (std::int64_t j = 0; j < lim; ++j) mx = std::max(mx, row[j] * scale);
-                    T sum = 0;
-                    for (std::int64_t j = 0; j < lim; ++j) {
-                        row[j] = std::exp(row[j] * scale - mx);
-                        sum += row[j];
-                    }
-                    const T inv = T(1) / sum;
-                    for (std::int64_t j = 0; j < lim; ++j) row[j] *= inv;
-                    for (std::int64_t j = lim; j < t1; ++j) row[j] = T(0);
-                }
-                gemm<T>(i1 - i0, dh, kl, {Pb, t1, 1}, {Vr, d, 1}, sv.attn.data() + (r * s + i0) * d + h * dh, d,
-                        false);
-            }
-        });
-        sv.x = std::move(x);
+        attention_forward(pool, shape, sv.qkv.data(), 3 * d, K.data(), Vc.data(), sv.probs.data(), sv.attn.data());
+        std::swap(sv.x, x);  // keep the block input; x now holds a recycled buffer
         sv.xmid.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, d, {sv.attn.data(), d, 1}, {W + bl.w_o, d, 1}, sv.xmid.data(), d, false);
-        for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t c = 0; c < d; ++c) sv.xmid[i * d + c] += W[bl.b_o + c] + sv.x[i * d + c];
+        add_bias_residual(pool, n, d, W + bl.b_o, sv.x.data(), sv.xmid.data());
         sv.ln2.resize(static_cast<std::size_t>(n * d));
         sv.mean2.resize(static_cast<std::size_t>(n));
         sv.rstd2.resize(static_cast<std::size_t>(n));
-        layernorm_forward(n, d, sv.xmid.data(), W + bl.ln2_g, W + bl.ln2_b, cfg.ln_eps, sv.ln2.data(),
+        layernorm_forward(pool, n, d, sv.xmid.data(), W + bl.ln2_g, W + bl.ln2_b, cfg.ln_eps, sv.ln2.data(),
                           sv.mean2.data(), sv.rstd2.data());
         sv.fc.resize(static_cast<std::size_t>(n * F));
         gemm<T>(pool, n, F, d, {sv.ln2.data(), d, 1}, {W + bl.w_fc, F, 1}, sv.fc.data(), F, false);
-        add_bias(n, F, W + bl.b_fc, sv.fc.data());
         sv.act.resize(sv.fc.size());
-        for (std::size_t i = 0; i < sv.fc.size(); ++i) sv.act[i] = gelu(sv.fc[i]);
-        x.assign(static_cast<std::size_t>(n * d), T(0));
+        bias_gelu_forward(pool, n, F, W + bl.b_fc, sv.fc.data(), sv.act.data());
+        x.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
-        for (std::int64_t i = 0; i < n; ++i)
-            for (std::int64_t c = 0; c < d; ++c) x[i * d + c] += W[bl.b_proj + c] + sv.xmid[i * d + c];
+        add_bias_residual(pool, n, d, W + bl.b_proj, sv.xmid.data(), x.data());
     }
 
     if (!last_) return activation<T>{rows, s, std::move(x)};
@@ -483,27 +405,17 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     us.xf.resize(static_cast<std::size_t>(n * d));
     us.meanf.resize(static_cast<std::size_t>(n));
     us.rstdf.resize(static_cast<std::size_t>(n));
-    layernorm_forward(n, d, x.data(), W + params_->lay.lnf_g, W + params_->lay.lnf_b, cfg.ln_eps, us.xf.data(),
+    layernorm_forward(pool, n, d, x.data(), W + params_->lay.lnf_g, W + params_->lay.lnf_b, cfg.ln_eps, us.xf.data(),
                       us.meanf.data(), us.rstdf.data());
-    us.xh = std::move(x);
+    std::swap(us.xh, x);
+    I.give_buffer(std::move(x));
     us.dlogits.resize(static_cast<std::size_t>(n * V));
     gemm<T>(pool, n, V, d, {us.xf.data(), d, 1}, {Wh, 1, d}, us.dlogits.data(), V, false);
     const T inv_total = T(1) / T(I.total);
     double loss = 0;
     for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t i = 0; i < s; ++i) {
-            T* z = us.dlogits.data() + (r * s + i) * V;
-            const std::int32_t tgt = B.targets[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
-            if (tgt < 0 || tgt >= V) refuse("target id " + std::to_string(tgt) + " outside the vocabulary");
-            T mx = z[0];
-            for (std::int64_t c = 1; c < V; ++c) mx = std::max(mx, z[c]);
-            T sum = 0;
-            for (std::int64_t c = 0; c < V; ++c) sum += std::exp(z[c] - mx);
-            const T lse = mx + std::log(sum);
-            loss += static_cast<double>(lse - z[tgt]);
-            for (std::int64_t c = 0; c < V; ++c) z[c] = std::exp(z[c] - lse) * inv_total;
-            z[tgt] -= inv_total;
-        }
+        loss += softmax_cross_entropy(pool, s, V, B.targets.data() + (u.row_begin + r) * Lb + t0, inv_total,
+                                      us.dlogits.data() + r * s * V);
     loss_ += loss / static_cast<double>(I.total);
     return activation<T>{rows, s, {}};
 }
@@ -539,8 +451,9 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         const T* Wh = W + params_->lay.head;
         us.dxf.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, cfg.vocab, {us.dlogits.data(), cfg.vocab, 1}, {Wh, d, 1}, us.dxf.data(), d, false);
-        dx.assign(static_cast<std::size_t>(n * d), T(0));
-        layernorm_backward(n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
+        dx = I.take_buffer(static_cast<std::size_t>(n * d));
+        std::fill(dx.begin(), dx.end(), T(0));
+        layernorm_backward(pool, n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
                            W + params_->lay.lnf_g, dx.data());
     } else {
         if (grad_out.rows != rows || grad_out.tokens != s || static_cast<std::int64_t>(grad_out.data.size()) != n * d)
@@ -548,7 +461,7 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         dx = std::move(grad_out.data);
     }
 
-    const T scale = T(1) / std::sqrt(T(dh));
+    const attention_shape shape{rows, H, dh, s, t0, Lb};
     for (int l = l1_ - 1; l >= l0_; --l) {
         const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
         auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
@@ -558,48 +471,20 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         auto& dV = mb.dv[static_cast<std::size_t>(l - l0_)];
         // MLP
         sv.dout = dx;
-        std::vector<T> dact(static_cast<std::size_t>(n * F));
-        gemm<T>(pool, n, F, d, {sv.dout.data(), d, 1}, {W + bl.w_proj, 1, d}, dact.data(), F, false);
-        sv.dfc.resize(dact.size());
-        for (std::size_t i = 0; i < dact.size(); ++i) sv.dfc[i] = dact[i] * gelu_grad(sv.fc[i]);
+        sv.dfc.resize(static_cast<std::size_t>(n * F));
+        gemm<T>(pool, n, F, d, {sv.dout.data(), d, 1}, {W + bl.w_proj, 1, d}, sv.dfc.data(), F, false);
+        gelu_backward(pool, n * F, sv.fc.data(), sv.dfc.data());
         sv.dln2.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, F, {sv.dfc.data(), F, 1}, {W + bl.w_fc, 1, F}, sv.dln2.data(), d, false);
-        layernorm_backward(n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), W + bl.ln2_g,
-                           dx.data());
+        layernorm_backward(pool, n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(),
+                           W + bl.ln2_g, dx.data());
         // Attention
         sv.dproj = dx;
-        std::vector<T> dattn(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, dattn.data(), d, false);
-        sv.dqkv.assign(static_cast<std::size_t>(n * 3 * d), T(0));
-        pool.run(static_cast<int>(rows * H), [&](int rh) {
-            const std::int64_t r = rh / H, h = rh % H;
-            const T* P = sv.probs.data() + rh * s * t1;
-            const T* Kr = K.data() + r * Lb * d + h * dh;
-            const T* Vr = Vc.data() + r * Lb * d + h * dh;
-            T* dKr = dK.data() + r * Lb * d + h * dh;
-            T* dVr = dV.data() + r * Lb * d + h * dh;
-            std::vector<T> dP(static_cast<std::size_t>(std::min(s, query_block) * t1));
-            for (std::int64_t i0 = 0; i0 < s; i0 += query_block) {
-                const std::int64_t i1 = std::min(s, i0 + query_block), kl = t0 + i1, ib = i1 - i0;
-                const T* Pb = P + i0 * t1;
-                const T* dO = dattn.data() + (r * s + i0) * d + h * dh;
-                const T* Q = sv.qkv.data() + (r * s + i0) * 3 * d + h * dh;
-                gemm<T>(ib, kl, dh, {dO, d, 1}, {Vr, 1, d}, dP.data(), kl, false);           // dP = dO V^T
-                gemm<T>(kl, dh, ib, {Pb, 1, t1}, {dO, d, 1}, dVr, d, true);                  // dV += P^T dO
-                for (std::int64_t i = 0; i < ib; ++i) {
-                    const std::int64_t lim = t0 + i0 + i + 1;
-                    T* dpi = dP.data() + i * kl;
-                    const T* pi = Pb + i * t1;
-                    T dot = 0;
-                    for (std::int64_t j = 0; j < lim; ++j) dot += dpi[j] * pi[j];
-                    for (std::int64_t j = 0; j < lim; ++j) dpi[j] = pi[j] * (dpi[j] - dot) * scale;
-                    for (std::int64_t j = lim; j < kl; ++j) dpi[j] = T(0);
-                }
-                gemm<T>(ib, dh, kl, {dP.data(), kl, 1}, {Kr, d, 1}, sv.dqkv.data() + (r * s + i0) * 3 * d + h * dh,
-                        3 * d, false);                                                        // dQ = dS K
-                gemm<T>(kl, dh, ib, {dP.data(), 1, kl}, {Q, 3 * d, 1}, dKr, d, true);        // dK += dS^T Q
-            }
-        });
+        I.dattn.resize(static_cast<std::size_t>(n * d));
+        gemm<T>(pool, n, d, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, I.dattn.data(), d, false);
+        sv.dqkv.resize(static_cast<std::size_t>(n * 3 * d));
+        attention_backward(pool, shape, sv.qkv.data(), 3 * d, K.data(), Vc.data(), sv.probs.data(), I.dattn.data(),
+                           sv.dqkv.data(), dK.data(), dV.data(), I.attn_scratch);
         // The slice's own K/V gradient is now complete: later slices (already done) plus itself.
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t i = 0; i < s; ++i) {
@@ -609,16 +494,14 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
             }
         sv.dln1.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, 3 * d, {sv.dqkv.data(), 3 * d, 1}, {W + bl.w_qkv, 1, 3 * d}, sv.dln1.data(), d, false);
-        layernorm_backward(n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
+        layernorm_backward(pool, n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
                            dx.data());
-        // Drop what backward_weight does not need.
-        std::vector<T>().swap(sv.probs);
-        std::vector<T>().swap(sv.fc);
     }
-    if (t0 == 0) I.mbs.erase(mit);  // every slice of the microbatch is through: its caches are done
+    if (t0 == 0) I.retire(mit);  // every slice of the microbatch is through: its caches are done
 
     if (first_) {
-        us.dx0 = std::move(dx);
+        std::swap(us.dx0, dx);
+        I.give_buffer(std::move(dx));
         return activation<T>{rows, s, {}};
     }
     return activation<T>{rows, s, std::move(dx)};
@@ -677,7 +560,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
                 }
             }
     }
-    I.units.erase(uit);
+    I.retire(uit);
 }
 
 template <class T>
@@ -755,23 +638,15 @@ void adamw<T>::step(parameters<T>& p)
     ++t_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-    const T lr = T(o_.lr), b1 = T(o_.beta1), b2 = T(o_.beta2), eps = T(o_.eps), wd = T(o_.weight_decay);
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
     // leaving them out of the norm changes no bit.
     const T* grad = p.grad.data() + frozen_;
     T* value = p.value.data() + frozen_;
-    double sq = 0;
-    for (std::size_t i = 0; i < m_.size(); ++i) sq += double(grad[i]) * double(grad[i]);
-    norm_ = std::sqrt(sq);
-    const T clip = T(o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0);
-    const T step = T(o_.lr / bc1), rbc2 = T(1.0 / std::sqrt(bc2));
-    for (std::size_t i = 0; i < m_.size(); ++i) {
-        const T g = grad[i] * clip;
-        m_[i] = b1 * m_[i] + (T(1) - b1) * g;
-        v_[i] = b2 * v_[i] + (T(1) - b2) * g * g;
-        if (decay_[i]) value[i] -= lr * wd * value[i];
-        value[i] -= step * m_[i] / (std::sqrt(v_[i]) * rbc2 + eps);
-    }
+    norm_ = std::sqrt(sum_of_squares(m_.size(), grad));
+    const double clip = o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0;
+    const adamw_coefficients c{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, clip, o_.lr / bc1,
+                               1.0 / std::sqrt(bc2)};
+    adamw_update(m_.size(), c, grad, decay_.data(), value, m_.data(), v_.data());
 }
 
 // ---- data ----------------------------------------------------------------------------------

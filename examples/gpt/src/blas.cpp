@@ -1,0 +1,150 @@
+// gemm on OpenBLAS: each call is single-threaded on its caller, and the GPT's own pool splits a
+// large GEMM into blocks of C, so a part with T threads uses exactly T cores even when every
+// pipeline stage multiplies at the same time.
+#include "gpt/kernels.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+#include <string>
+
+// OpenBLAS's runtime kernel selection (DYNAMIC_ARCH builds); weak, so another BLAS build links.
+extern "C" void gotoblas_dynamic_init(void) __attribute__((weak));
+extern "C" void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+namespace gpt {
+namespace {
+
+bool cpu_has_avx512()
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512cd");
+#else
+    return false;
+#endif
+}
+
+// Runs once, before the first GEMM of the process.
+//  - OpenBLAS's own threads stay idle: every call runs on its caller (the pool splits the work).
+//  - OpenBLAS 0.3.21 (Debian 12) does not know AMD's AVX-512 cores after Zen 3 and falls back to
+//    its AVX2 (Haswell/Zen) kernels at half the speed: on a CPU with AVX-512 it switches to the
+//    SkylakeX kernels, which is what later OpenBLAS releases pick for those cores.
+struct openblas_setup {
+    std::string core;
+    openblas_setup()
+    {
+        if (openblas_get_parallel() == 0)
+            throw std::runtime_error("gpt: this OpenBLAS is the single-threaded build, which is not safe for "
+                                     "concurrent callers; link the pthread build (libopenblas-pthread-dev)");
+        const std::string found = openblas_get_corename();
+        const bool avx2_core = found == "Haswell" || found == "Zen";
+        if (avx2_core && cpu_has_avx512() && gotoblas_dynamic_init && gotoblas_dynamic_quit) {
+            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+            gotoblas_dynamic_quit();
+            gotoblas_dynamic_init();
+        }
+        openblas_set_num_threads(1);
+        core = openblas_get_corename();
+    }
+};
+
+const openblas_setup& setup()
+{
+    static const openblas_setup s;
+    return s;
+}
+
+// A strided view as a BLAS operand: one of its strides must be 1.
+template <class T>
+bool as_blas(mat<T> a, std::int64_t rows, std::int64_t cols, CBLAS_TRANSPOSE& op, int& ld)
+{
+    if (a.cs == 1 && (a.rs >= cols || rows == 1)) {
+        op = CblasNoTrans;
+        ld = static_cast<int>(std::max<std::int64_t>(a.rs, std::max<std::int64_t>(cols, 1)));
+        return true;
+    }
+    if (a.rs == 1 && (a.cs >= rows || cols == 1)) {
+        op = CblasTrans;
+        ld = static_cast<int>(std::max<std::int64_t>(a.cs, std::max<std::int64_t>(rows, 1)));
+        return true;
+    }
+    return false;
+}
+
+template <class T>
+void blas_gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c, std::int64_t ldc,
+               bool accumulate)
+{
+    CBLAS_TRANSPOSE ta, tb;
+    int lda, ldb;
+    if (!as_blas(a, m, k, ta, lda) || !as_blas(b, k, n, tb, ldb))
+        throw std::invalid_argument("gpt::gemm: operands need a unit row or column stride (got A strides " +
+                                    std::to_string(a.rs) + "," + std::to_string(a.cs) + " and B strides " +
+                                    std::to_string(b.rs) + "," + std::to_string(b.cs) + ")");
+    const T beta = accumulate ? T(1) : T(0);
+    if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0f, a.data, lda, b.data, ldb, beta, c, int(ldc));
+    else
+        cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), 1.0, a.data, lda, b.data, ldb, beta, c, int(ldc));
+}
+
+} // namespace
+
+const std::string& blas_core() { return setup().core; }
+
+template <class T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c, std::int64_t ldc,
+          bool accumulate)
+{
+    if (m <= 0 || n <= 0) return;
+    if (k <= 0) {
+        if (!accumulate)
+            for (std::int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+        return;
+    }
+    setup();
+    blas_gemm(m, n, k, a, b, c, ldc, accumulate);
+}
+
+template <class T>
+void gemm(thread_pool& pool, std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c,
+          std::int64_t ldc, bool accumulate)
+{
+    const int threads = pool.size();
+    // Below this a split costs more in wake-ups than it saves.
+    if (threads == 1 || double(m) * double(n) * double(k) < 128.0 * 1024) {
+        gemm(m, n, k, a, b, c, ldc, accumulate);
+        return;
+    }
+    // Blocks of C rows, or of columns when C is short and wide; multiples of 16 keep the
+    // micro-kernel's tiles whole.
+    constexpr std::int64_t align = 16;
+    const bool by_rows = m >= n || m >= align * threads;
+    const std::int64_t extent = by_rows ? m : n;
+    const std::int64_t parts = std::min<std::int64_t>(threads, (extent + align - 1) / align);
+    const std::int64_t chunk = ((extent + parts - 1) / parts + align - 1) / align * align;
+    pool.run(static_cast<int>(parts), [&](int t) {
+        const std::int64_t lo = t * chunk, hi = std::min(extent, lo + chunk);
+        if (lo >= hi) return;
+        if (by_rows)
+            gemm(hi - lo, n, k, mat<T>{a.data + lo * a.rs, a.rs, a.cs}, b, c + lo * ldc, ldc, accumulate);
+        else
+            gemm(m, hi - lo, k, a, mat<T>{b.data + lo * b.cs, b.rs, b.cs}, c + lo, ldc, accumulate);
+    });
+}
+
+#define GPT_INSTANTIATE(T)                                                                                   \
+    template void gemm<T>(std::int64_t, std::int64_t, std::int64_t, mat<T>, mat<T>, T*, std::int64_t, bool); \
+    template void gemm<T>(thread_pool&, std::int64_t, std::int64_t, std::int64_t, mat<T>, mat<T>, T*,        \
+                          std::int64_t, bool);
+GPT_INSTANTIATE(float)
+GPT_INSTANTIATE(double)
+#undef GPT_INSTANTIATE
+
+} // namespace gpt
