@@ -25,6 +25,7 @@
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
+#include <tpipe/slice/spec.hpp>
 
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
@@ -127,16 +128,6 @@ double to_double(const std::string& flag, const std::string& v)
     return x;
 }
 
-std::vector<std::int64_t> to_list(const std::string& flag, const std::string& v)
-{
-    std::vector<std::int64_t> out;
-    std::stringstream ss(v);
-    std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(to_int(flag, item, 1));
-    if (out.empty()) throw usage_error(flag + " needs a comma-separated list of token counts");
-    return out;
-}
-
 options parse(int argc, char** argv)
 {
     options o;
@@ -207,24 +198,12 @@ options parse(int argc, char** argv)
 //! A fixed slicer from --slicer (everything but "terapipe").
 tpipe::scheme fixed_scheme(const options& o)
 {
-    const tpipe::batch_shape shape{o.batch, o.cfg.seq_len};
-    const std::string& s = o.slicer;
     try {
-        if (s.rfind("microbatch:", 0) == 0)
-            return tpipe::microbatch_slicer{static_cast<int>(to_int("--slicer microbatch:M", s.substr(11), 1))}.scheme(
-                shape);
-        if (s.rfind("tokens:", 0) == 0) return tpipe::token_slicer{to_list("--slicer tokens:", s.substr(7))}.scheme(shape);
-        if (s.rfind("grid:", 0) == 0) {
-            const auto colon = s.find(':', 5);
-            if (colon == std::string::npos) throw usage_error("--slicer grid needs grid:M:l1,l2,...");
-            return tpipe::grid_slicer{static_cast<int>(to_int("--slicer grid:M", s.substr(5, colon - 5), 1)),
-                                      to_list("--slicer grid:M:", s.substr(colon + 1))}
-                .scheme(shape);
-        }
+        return tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.cfg.seq_len});
     } catch (const tpipe::error& e) {
-        throw usage_error(std::string("--slicer ") + s + ": " + e.what());
+        const bool unknown = o.slicer.find(':') == std::string::npos;
+        throw usage_error(std::string("--slicer: ") + e.what() + (unknown ? " (or terapipe, planned here)" : ""));
     }
-    throw usage_error("unknown slicer '" + s + "'; use microbatch:M, tokens:l1,l2,..., grid:M:l1,l2,... or terapipe");
 }
 
 std::string describe(const tpipe::scheme& sch)
