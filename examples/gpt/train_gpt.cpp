@@ -27,6 +27,7 @@
 #include <tpipe/slice/slicers.hpp>
 #include <tpipe/slice/spec.hpp>
 
+#include "../common/flags.hpp"
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
@@ -43,9 +44,9 @@
 
 namespace {
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using tpipe_examples::to_double;
+using tpipe_examples::to_int;
+using tpipe_examples::usage_error;
 
 struct options {
     gpt::config cfg;
@@ -99,34 +100,6 @@ const char* usage_text =
     "  --check-tol X     tolerance for the loss curve and final weights (default 1e-3; float rounding\n"
     "                    differences between slicings grow slowly over training steps)\n"
     "  --help            this text\n";
-
-long long to_int(const std::string& flag, const std::string& v, long long lo)
-{
-    std::size_t pos = 0;
-    long long x = 0;
-    try {
-        x = std::stoll(v, &pos);
-    } catch (...) {
-        pos = 0;
-    }
-    if (pos != v.size() || v.empty()) throw usage_error(flag + " needs an integer, got '" + v + "'");
-    if (x < lo) throw usage_error(flag + " must be >= " + std::to_string(lo) + ", got " + v);
-    return x;
-}
-
-double to_double(const std::string& flag, const std::string& v)
-{
-    std::size_t pos = 0;
-    double x = 0;
-    try {
-        x = std::stod(v, &pos);
-    } catch (...) {
-        pos = 0;
-    }
-    if (pos != v.size() || v.empty() || !std::isfinite(x) || x <= 0)
-        throw usage_error(flag + " needs a positive number, got '" + v + "'");
-    return x;
-}
 
 options parse(int argc, char** argv)
 {
