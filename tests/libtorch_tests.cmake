@@ -25,3 +25,7 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
     set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   endif()
 endif()
+
+# The code shown in docs/*.md is the code compiled here (tools/snippets.py).
+add_test(NAME docs_snippets COMMAND python3 ${PROJECT_SOURCE_DIR}/tools/snippets.py)
+set_tests_properties(docs_snippets PROPERTIES TIMEOUT 60)

@@ -29,9 +29,11 @@
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
+#include <tpipe/slice/spec.hpp>
 
 #include "elastic_command.hpp"
 #include "gpt/fingerprint.hpp"
+#include "../common/flags.hpp"
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
@@ -49,10 +51,9 @@
 namespace {
 
 using gpt::fnv_hex;
-
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using tpipe_examples::to_double;
+using tpipe_examples::to_int;
+using tpipe_examples::usage_error;
 
 struct options {
     gpt::config cfg;
@@ -120,37 +121,6 @@ const char* usage_text =
     "  --check-tol X     tolerance for the loss curve and final weights (default 1e-3; float rounding\n"
     "                    differences between slicings grow slowly over training steps)\n"
     "  --help            this text\n";
-
-//! The value of an integer flag, in [lo, hi] (tpipe/core/checked.hpp: never wraps).
-template <class T = int>
-T to_int(const std::string& flag, const std::string& v, T lo, T hi = std::numeric_limits<T>::max())
-{
-    try {
-        return tpipe::parse_integer<T>(flag, v, lo, hi);
-    } catch (const tpipe::error& e) {
-        throw usage_error(e.what());
-    }
-}
-
-double to_double(const std::string& flag, const std::string& v)
-{
-    try {
-        const double x = tpipe::parse_finite(flag, v, 0);
-        if (x > 0) return x;
-    } catch (const tpipe::error&) {
-    }
-    throw usage_error(flag + " needs a positive finite number, got '" + v + "'");
-}
-
-std::vector<std::int64_t> to_list(const std::string& flag, const std::string& v)
-{
-    std::vector<std::int64_t> out;
-    std::stringstream ss(v);
-    std::string item;
-    while (std::getline(ss, item, ',')) out.push_back(to_int<std::int64_t>(flag, item, 1));
-    if (out.empty()) throw usage_error(flag + " needs a comma-separated list of token counts");
-    return out;
-}
 
 //! Refuses a model whose weights, gradients and AdamW moments (16 bytes a parameter, per
 //! replica, twice with --check) would not fit this machine's memory, before allocating them.
@@ -265,24 +235,12 @@ options parse(int argc, char** argv)
 //! A fixed slicer from --slicer (everything but "terapipe").
 tpipe::scheme fixed_scheme(const options& o)
 {
-    const tpipe::batch_shape shape{o.batch, o.cfg.seq_len};
-    const std::string& s = o.slicer;
     try {
-        if (s.rfind("microbatch:", 0) == 0)
-            return tpipe::microbatch_slicer{to_int("--slicer microbatch:M", s.substr(11), 1)}.scheme(
-                shape);
-        if (s.rfind("tokens:", 0) == 0) return tpipe::token_slicer{to_list("--slicer tokens:", s.substr(7))}.scheme(shape);
-        if (s.rfind("grid:", 0) == 0) {
-            const auto colon = s.find(':', 5);
-            if (colon == std::string::npos) throw usage_error("--slicer grid needs grid:M:l1,l2,...");
-            return tpipe::grid_slicer{to_int("--slicer grid:M", s.substr(5, colon - 5), 1),
-                                      to_list("--slicer grid:M:", s.substr(colon + 1))}
-                .scheme(shape);
-        }
+        return tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.cfg.seq_len});
     } catch (const tpipe::error& e) {
-        throw usage_error(std::string("--slicer ") + s + ": " + e.what());
+        const bool unknown = o.slicer.find(':') == std::string::npos;
+        throw usage_error(std::string("--slicer: ") + e.what() + (unknown ? " (or terapipe, planned here)" : ""));
     }
-    throw usage_error("unknown slicer '" + s + "'; use microbatch:M, tokens:l1,l2,..., grid:M:l1,l2,... or terapipe");
 }
 
 std::string describe(const tpipe::scheme& sch)

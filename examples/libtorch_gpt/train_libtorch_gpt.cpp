@@ -15,6 +15,7 @@
 #include <tpipe/mpi/environment.hpp>
 #endif
 
+#include "../common/flags.hpp"
 #include "training.hpp"
 
 #ifndef TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS
@@ -23,9 +24,9 @@
 
 namespace {
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using tpipe_examples::to_double;
+using tpipe_examples::to_int;
+using tpipe_examples::usage_error;
 
 const char* usage_text =
     "usage: train_libtorch_gpt [flags]\n"
@@ -44,32 +45,6 @@ const char* usage_text =
     "  --check           also train plain libtorch: losses and final weights must agree within --check-tol\n"
     "  --check-tol X     relative tolerance of --check (default 1e-5)\n"
     "  --json            one JSON summary line\n";
-
-long long integer(const std::string& flag, const std::string& v)
-{
-    std::size_t pos = 0;
-    long long x = 0;
-    try {
-        x = std::stoll(v, &pos);
-    } catch (...) {
-        pos = 0;
-    }
-    if (v.empty() || pos != v.size() || x < 0) throw usage_error(flag + " needs a non-negative integer, got '" + v + "'");
-    return x;
-}
-
-double number(const std::string& flag, const std::string& v)
-{
-    std::size_t pos = 0;
-    double x = 0;
-    try {
-        x = std::stod(v, &pos);
-    } catch (...) {
-        pos = 0;
-    }
-    if (v.empty() || pos != v.size() || !(x > 0)) throw usage_error(flag + " needs a positive number, got '" + v + "'");
-    return x;
-}
 
 struct flags {
     libtorch_gpt::options o;
@@ -90,29 +65,25 @@ flags parse(int argc, char** argv)
         if (a == "--help" || a == "-h") {
             std::cout << usage_text;
             std::exit(0);
-        } else if (a == "--layers") f.o.layers = integer(a, value());
-        else if (a == "--d-model") f.o.d_model = integer(a, value());
-        else if (a == "--heads") f.o.heads = integer(a, value());
-        else if (a == "--seq-len") f.o.seq_len = integer(a, value());
-        else if (a == "--batch") f.o.batch = static_cast<int>(integer(a, value()));
-        else if (a == "--steps") f.o.steps = static_cast<int>(integer(a, value()));
-        else if (a == "--lr") f.o.lr = number(a, value());
-        else if (a == "--seed") f.o.seed = static_cast<std::uint64_t>(integer(a, value()));
-        else if (a == "--stages") f.o.stages = static_cast<int>(integer(a, value()));
+        } else if (a == "--layers") f.o.layers = to_int(a, value(), 1);
+        else if (a == "--d-model") f.o.d_model = to_int(a, value(), 1);
+        else if (a == "--heads") f.o.heads = to_int(a, value(), 1);
+        else if (a == "--seq-len") f.o.seq_len = to_int(a, value(), 1);
+        else if (a == "--batch") f.o.batch = static_cast<int>(to_int(a, value(), 1));
+        else if (a == "--steps") f.o.steps = static_cast<int>(to_int(a, value(), 1));
+        else if (a == "--lr") f.o.lr = to_double(a, value());
+        else if (a == "--seed") f.o.seed = to_int<std::uint64_t>(a, value(), 0);
+        else if (a == "--stages") f.o.stages = static_cast<int>(to_int(a, value(), 1));
         else if (a == "--schedule") f.o.schedule = value();
         else if (a == "--slicer") f.o.slicer = value();
         else if (a == "--transport") f.o.transport = value();
-        else if (a == "--threads") f.o.threads = static_cast<int>(integer(a, value()));
+        else if (a == "--threads") f.o.threads = static_cast<int>(to_int(a, value(), 1));
         else if (a == "--data") f.o.data = value();
         else if (a == "--check") f.check = true;
-        else if (a == "--check-tol") f.check_tol = number(a, value());
+        else if (a == "--check-tol") f.check_tol = to_double(a, value());
         else if (a == "--json") f.json = true;
         else throw usage_error("unknown flag '" + a + "'");
     }
-    for (auto [name, v] : {std::pair{"--layers", f.o.layers}, {"--d-model", f.o.d_model}, {"--heads", f.o.heads},
-                           {"--seq-len", f.o.seq_len}, {"--batch", std::int64_t{f.o.batch}},
-                           {"--steps", std::int64_t{f.o.steps}}, {"--stages", std::int64_t{f.o.stages}}})
-        if (v < 1) throw usage_error(std::string(name) + " must be at least 1");
     return f;
 }
 

@@ -166,8 +166,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     else runner = std::make_unique<runner_t>(pipe, prog, engine, *over);
 
     result r;
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = std::chrono::steady_clock::now();
     for (int step = 0; step < o.steps; ++step) {
+        if (step == 1) t0 = std::chrono::steady_clock::now();  // the first step warms up
         auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
         // [snippet:step]
         double loss = 0;
@@ -210,8 +211,9 @@ result train(const options& o)
     trainer tr(o);
     result r;
     if (o.transport == "none") {
-        const auto t0 = std::chrono::steady_clock::now();
+        auto t0 = std::chrono::steady_clock::now();
         for (int step = 0; step < o.steps; ++step) {
+            if (step == 1) t0 = std::chrono::steady_clock::now();  // the first step warms up
             auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
             r.losses.push_back(plain_step(tr.model, *tr.optimizer, inputs, targets));
         }
@@ -228,7 +230,7 @@ result train(const options& o)
     } else {
         throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
     }
-    r.tokens_per_s = double(o.batch) * double(o.seq_len) * o.steps / r.seconds;
+    r.tokens_per_s = double(o.batch) * double(o.seq_len) * std::max(1, o.steps - 1) / r.seconds;
     r.weights = flatten(*tr.model);
     return r;
 }

@@ -27,8 +27,8 @@ struct options {
 struct result {
     std::vector<double> losses;  //!< mean loss of every step
     std::vector<double> weights;  //!< every parameter after the last step, flattened in model order
-    double seconds = 0;          //!< wall time of the steps
-    double tokens_per_s = 0;
+    double seconds = 0;          //!< wall time of steps 2..N (the first warms up; all of it for one step)
+    double tokens_per_s = 0;     //!< over those steps
     bool speaks = true;          //!< this process reports (process 0 under MPI)
 };
 

@@ -8,23 +8,17 @@
 #include <string_view>
 #include <vector>
 
+#include "tpipe/core/checked.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/slice/slicers.hpp"
 
 namespace tpipe {
 
 namespace detail {
-inline std::int64_t positive_in_spec(std::string_view spec, std::string_view text)
+template <class T = std::int64_t>
+T positive_in_spec(std::string_view spec, std::string_view text)
 {
-    std::int64_t x = 0;
-    bool ok = !text.empty() && text.size() < 19;
-    for (char c : text) {
-        ok = ok && c >= '0' && c <= '9';
-        x = x * 10 + (c - '0');
-    }
-    if (!ok || x < 1)
-        refuse("slicer '" + std::string(spec) + "': '" + std::string(text) + "' is not a positive integer");
-    return x;
+    return parse_integer<T>("slicer '" + std::string(spec) + "': '" + std::string(text) + "'", text, 1);
 }
 inline std::vector<std::int64_t> lengths_in_spec(std::string_view spec, std::string_view text)
 {
@@ -44,14 +38,14 @@ inline tpipe::scheme scheme_from_spec(std::string_view spec, batch_shape shape)
 {
     auto after = [&](std::string_view prefix) { return spec.substr(prefix.size()); };
     if (spec.starts_with("microbatch:"))
-        return microbatch_slicer{static_cast<int>(detail::positive_in_spec(spec, after("microbatch:")))}.scheme(shape);
+        return microbatch_slicer{detail::positive_in_spec<int>(spec, after("microbatch:"))}.scheme(shape);
     if (spec.starts_with("tokens:")) return token_slicer{detail::lengths_in_spec(spec, after("tokens:"))}.scheme(shape);
     if (spec.starts_with("grid:")) {
         const std::string_view rest = after("grid:");
         const std::size_t colon = rest.find(':');
         if (colon == std::string_view::npos)
             detail::refuse("slicer '" + std::string(spec) + "': grid needs grid:M:l1,l2,...");
-        return grid_slicer{static_cast<int>(detail::positive_in_spec(spec, rest.substr(0, colon))),
+        return grid_slicer{detail::positive_in_spec<int>(spec, rest.substr(0, colon)),
                            detail::lengths_in_spec(spec, rest.substr(colon + 1))}
             .scheme(shape);
     }
