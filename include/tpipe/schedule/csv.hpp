@@ -67,13 +67,6 @@ inline program from_csv(std::string_view text)
         pos = eol + 1;
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.find_first_not_of(" \t") == std::string_view::npos) {
-            // Line r is rank r: a blank line would be a rank without actions. Trailing ones are
-            // end-of-file padding; one between ranks is refused.
-            if (text.find_first_not_of(" \t\r\n", pos > text.size() ? text.size() : pos) == std::string_view::npos) break;
-            throw parse_error("CSV line " + std::to_string(line_no) + " is blank; line r lists rank r's actions, so a "
-                              "blank line would be a rank with none (remove it)");
-        }
         const int rank = static_cast<int>(p.actions.size());
         auto& row = p.actions.emplace_back();
         std::size_t c = 0;
@@ -114,6 +107,16 @@ inline program from_csv(std::string_view text)
                 if (static_cast<int>(slices.size()) <= a.microbatch) slices.resize(a.microbatch + 1, 0);
                 slices[a.microbatch] = std::max(slices[a.microbatch], a.slice + 1);
             }
+        }
+        if (row.empty()) {
+            // Line r is rank r: a line without actions (blank, or idle cells only) would be a rank
+            // with none. Trailing blank lines are end-of-file padding; one between ranks is refused.
+            p.actions.pop_back();
+            if (line.find_first_not_of(" \t") == std::string_view::npos &&
+                text.find_first_not_of(" \t\r\n", std::min(pos, text.size())) == std::string_view::npos)
+                break;
+            throw parse_error("CSV line " + std::to_string(line_no) + " lists no action; line r lists rank r's actions, "
+                              "so it would be a rank with none (remove it)");
         }
     }
     if (p.actions.empty()) throw parse_error("CSV: no ranks (the file is empty)");
