@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reference GPT's training steps (bench_gpt's gpt_step) against the same steps in PyTorch
 # eager mode (bench/gpt_torch.py), measured in one window, `rounds` times alternately; prints the
-# Markdown table of docs/gpt.md: tokens/s (median over the rounds) and the ratios.
+# Markdown table of docs/gpt.md: tokens/s (median over the rounds) and the ratios, then the
+# TeraPipe plans bench_gpt used.
 #   bench/gpt_vs_torch.sh [BUILD_DIR] [ROUNDS]
 # PyTorch: $TORCH_PYTHON, else /work/venv-torch/bin/python, else python3 (it must import torch).
 # Run it on an otherwise idle machine: on 2 cores, one compile halves every figure.
@@ -41,12 +42,19 @@ for r in range(1, rounds + 1):
 shape = {0: "4 layers, d 128, seq 128, batch 4", 1: "4 layers, d 128, seq 1024, batch 1", 2: "6 layers, d 256, seq 256, batch 4"}
 med = lambda xs: statistics.median(xs) if xs else float("nan")
 print("| model | train_gpt 1 stage, 1 / 2 threads | PyTorch eager, 1 / 2 threads | ratio 1 / 2 threads | "
-      "2 stages, 2 threads: microbatches / token slices | best pipelined / best 1 stage |")
+      "2 stages, 2 threads: microbatches / token slices / TeraPipe-planned | best pipelined / best 1 stage |")
 print("|---|---|---|---|---|---|")
 for m in range(3):
     o1, o2 = med(ours.get((m, 1, 0), [])), med(ours.get((m, 2, 0), []))
     t1, t2 = med(torch.get((m, 1), [])), med(torch.get((m, 2), []))
-    p1, p2 = med(ours.get((m, 2, 1), [])), med(ours.get((m, 2, 2), []))
+    p1, p2, p3 = (med(ours.get((m, 2, c), [])) for c in (1, 2, 3))
     print(f"| {shape[m]} | {o1:.0f} / {o2:.0f} | {t1:.0f} / {t2:.0f} | {o1 / t1:.2f} / {o2 / t2:.2f} | "
-          f"{p1:.0f} / {p2:.0f} | {max(p1, p2) / max(o1, o2):.2f} |")
+          f"{p1:.0f} / {p2:.0f} / {p3:.0f} | {max(p1, p2, p3) / max(o1, o2):.2f} |")
+plans = {}
+for b in json.load(open(f"{out}/gpt.1.json"))["benchmarks"]:
+    if re.match(r"gpt_step/model:\d+/threads:2/config:3", b["name"]):
+        plans[b["name"]] = b.get("label", "")
+print()
+for name, label in plans.items():
+    print(f"- {label}")
 EOF
