@@ -7,12 +7,14 @@
 //   model:  0 default (4 layers, d 128, seq 128, batch 4), 1 long (4, 128, 1024, 1),
 //           2 wide (6, 256, 256, 4); 4 heads each, vocabulary 256, tied head.
 //   config: 0 one stage (the non-pipelined model; its pool has `threads` threads),
-//           1 two stages, microbatches of one row (1f1b), 2 two stages, token slices
-//           (terapipe-1f1b; 4 slices per sequence, 8 for the long model). Two stages share
-//           `threads`: one each at 2.
+//           1 two stages, microbatches of one row (1f1b), 2 two stages, token slices of each
+//           row (terapipe-1f1b; 2 per row, 8 for the long model's one row). Two stages share
+//           `threads`: one each at 2. 3 two stages, TeraPipe-planned (profiled and planned
+//           before the timing, as train_gpt --slicer terapipe does).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "gpt/kernels.hpp"
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
+#include "gpt/planning.hpp"
 
 namespace {
 
@@ -57,6 +60,34 @@ gpt::batch random_batch(const model_shape& m, std::uint64_t seed)
     return b;
 }
 
+std::string describe(const tpipe::scheme& units)
+{
+    std::string out;
+    for (int i = 0; i < units.units(); ++i) {
+        const auto u = units.at(i);
+        if (u.row_begin > 0) break;  // every row slice has the same token cut
+        out += (out.empty() ? "" : ",") + std::to_string(u.token_end - u.token_begin);
+    }
+    return std::to_string(units.microbatches()) + " x [" + out + "]";
+}
+
+//! The TeraPipe plan for two stages of model `which` (one thread each): both parts profiled with
+//! tpipe's profiler at granularity seq_len/16, then tpipe::plan_slices, as `train_gpt --slicer
+//! terapipe` does. Planned once per model and process (Google Benchmark calls a benchmark
+//! several times).
+tpipe::scheme planned_units(int which, gpt::parameters<float>& params)
+{
+    static std::map<int, tpipe::scheme> plans;
+    if (auto it = plans.find(which); it != plans.end()) return it->second;
+    const model_shape& m = models[which];
+    gpt::pipelined_model<float> model(params, 2, 1);
+    const std::int64_t g = m.seq_len / 16;
+    const auto latency = gpt::profile_parts(model, random_batch(m, 3), gpt::gpt_profile_grid(m.batch, m.seq_len, g));
+    const auto plan = tpipe::plan_slices(
+        latency, tpipe::slicing_problem{.stages = 2, .seq_len = m.seq_len, .batch = m.batch, .granularity = g});
+    return plans.emplace(which, plan.scheme()).first->second;
+}
+
 void gpt_step(benchmark::State& state)
 {
     const model_shape& m = models[state.range(0)];
@@ -76,11 +107,17 @@ void gpt_step(benchmark::State& state)
     if (config == 1) {
         units = tpipe::microbatch_slicer{m.batch}.scheme(shape);
         label = "2 stages, " + std::to_string(m.batch) + " microbatches, 1f1b";
-    } else if (config == 2) {
-        const int slices = m.seq_len >= 1024 ? 8 : 4;
-        units = tpipe::token_slicer{std::vector<std::int64_t>(slices, m.seq_len / slices)}.scheme(shape);
+    } else if (config == 2) {  // token slices, of each row when there are several
+        const int slices = m.batch == 1 ? 8 : 2;
+        const std::vector<std::int64_t> lengths(static_cast<std::size_t>(slices), m.seq_len / slices);
+        units = m.batch == 1 ? tpipe::token_slicer{lengths}.scheme(shape)
+                             : tpipe::grid_slicer{m.batch, lengths}.scheme(shape);
         schedule = "terapipe-1f1b";
-        label = "2 stages, " + std::to_string(slices) + " token slices, terapipe-1f1b";
+        label = "2 stages, " + std::to_string(m.batch) + " x " + std::to_string(slices) + " token slices, terapipe-1f1b";
+    } else if (config == 3) {
+        units = planned_units(static_cast<int>(state.range(0)), params);
+        schedule = "terapipe-1f1b";
+        label = "2 stages, TeraPipe-planned " + describe(units) + ", terapipe-1f1b";
     }
     gpt::pipelined_model<float> model(params, stages, threads / stages);
     const auto prog = tpipe::make_schedule(schedule).program(tpipe::topology{.ranks = stages}, units);
@@ -198,7 +235,7 @@ void adamw(benchmark::State& state)
 BENCHMARK(gpt_step)
     ->ArgNames({"model", "threads", "config"})
     ->ArgsProduct({{0, 1, 2}, {1, 2}, {0}})
-    ->ArgsProduct({{0, 1, 2}, {2}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {2}, {1, 2, 3}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond)
     ->MinTime(1.0);

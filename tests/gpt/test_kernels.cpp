@@ -68,3 +68,53 @@ TEST_CASE("thread pool runs every task once and rethrows", "[gpt][kernels]")
         if (i == 2) throw std::runtime_error("boom");
     }), std::runtime_error);
 }
+
+TEST_CASE("gemm refuses an operand without a unit stride", "[gpt][kernels]")
+{
+    std::vector<float> a(64, 1.0f), c(16);
+    REQUIRE_THROWS_AS(gpt::gemm<float>(4, 4, 4, {a.data(), 8, 2}, {a.data(), 4, 1}, c.data(), 4, false),
+                      std::invalid_argument);
+}
+
+TEST_CASE("float row kernels equal their formulas in double", "[gpt][kernels]")
+{
+    // The float path uses a polynomial exp; the softmax, its cross-entropy and the GELU must
+    // stay within float rounding of the exact formulas, including far into the tails.
+    gpt::thread_pool pool(2);
+    const std::int64_t n = 37, V = 300;
+    std::vector<float> z(static_cast<std::size_t>(n * V));
+    std::vector<std::int32_t> tgt(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        tgt[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 97) % V);
+        for (std::int64_t c = 0; c < V; ++c)
+            z[static_cast<std::size_t>(i * V + c)] = float(30.0 * std::sin(0.7 * double(i * V + c)) * double(i % 4));
+    }
+    auto seed = z;
+    const float scale = 0.25f;
+    const double loss = gpt::softmax_cross_entropy(pool, n, V, tgt.data(), scale, seed.data());
+    double ref_loss = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const float* zi = z.data() + i * V;
+        double mx = zi[0], sum = 0;
+        for (std::int64_t c = 0; c < V; ++c) mx = std::max(mx, double(zi[c]));
+        for (std::int64_t c = 0; c < V; ++c) sum += std::exp(double(zi[c]) - mx);
+        ref_loss += std::log(sum) + mx - double(zi[tgt[static_cast<std::size_t>(i)]]);
+        for (std::int64_t c = 0; c < V; ++c) {
+            const double g = scale * (std::exp(double(zi[c]) - mx) / sum - (c == tgt[static_cast<std::size_t>(i)]));
+            REQUIRE(std::abs(double(seed[static_cast<std::size_t>(i * V + c)]) - g) <= 1e-6 * scale);
+        }
+    }
+    REQUIRE(std::abs(loss - ref_loss) <= 1e-5 * std::abs(ref_loss));
+
+    const std::int64_t F = 64;
+    std::vector<float> pre(static_cast<std::size_t>(n * F)), act(pre.size()), bias(static_cast<std::size_t>(F));
+    for (std::size_t i = 0; i < pre.size(); ++i) pre[i] = float(12.0 * std::sin(1.3 * double(i)));
+    for (std::size_t c = 0; c < bias.size(); ++c) bias[c] = 0.01f * float(c);
+    const auto x0 = pre;
+    gpt::bias_gelu_forward(pool, n, F, bias.data(), pre.data(), act.data());
+    for (std::size_t i = 0; i < pre.size(); ++i) {
+        const double x = double(x0[i]) + double(bias[i % bias.size()]);
+        const double y = 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+        REQUIRE(std::abs(double(act[i]) - y) <= 1e-6 * std::max(1.0, std::abs(y)));
+    }
+}

@@ -150,27 +150,38 @@ struct part<T>::impl {
     std::map<std::pair<int, int>, unit_saved> units;
     std::vector<T> head_grad;  // tied head on the last part: private accumulator
 
-    // Workspaces. Finished units, microbatches and activation buffers are kept and handed to the
-    // next ones, so that the steady state allocates nothing: vectors are resized within their
-    // capacity instead of being freed and faulted in again every step.
-    std::vector<unit_saved> spare_units;
-    std::vector<mb_state> spare_mbs;
+    // Workspaces. Finished units and microbatches keep their map nodes (with every vector in
+    // them), and the activation buffers that come back from a neighbouring stage are kept too;
+    // the next ones reuse them, so that the steady state allocates nothing: vectors are resized
+    // within their capacity instead of being freed and faulted in again every step.
+    using mb_map = std::map<int, mb_state>;
+    using unit_map = std::map<std::pair<int, int>, unit_saved>;
+    std::vector<typename mb_map::node_type> spare_mbs;
+    std::vector<typename unit_map::node_type> spare_units;
     std::vector<std::vector<T>> spare_buffers;  // activations and gradients that came back
     std::vector<T> dattn, attn_scratch;         // backward temporaries
     static constexpr std::size_t max_spare_buffers = 16;
 
+    //! The map entry for `key`, a recycled node when there is one (its value keeps its buffers).
+    template <class Map, class Spares>
+    static typename Map::iterator reuse(Map& map, Spares& spares, const typename Map::key_type& key)
+    {
+        if (spares.empty()) return map.try_emplace(key).first;
+        auto node = std::move(spares.back());
+        spares.pop_back();
+        node.key() = key;
+        auto r = map.insert(std::move(node));
+        if (!r.inserted) spares.push_back(std::move(r.node));  // the key was there: reuse that entry
+        return r.position;
+    }
+
     //! Fresh per-microbatch state: K/V caches (only positions already forwarded are ever read)
     //! and zeroed K/V gradient accumulators.
-    typename std::map<int, mb_state>::iterator new_microbatch(int microbatch, std::int64_t row_begin,
-                                                              std::int64_t row_end, std::int64_t d, int layers)
+    typename mb_map::iterator new_microbatch(int microbatch, std::int64_t row_begin, std::int64_t row_end,
+                                             std::int64_t d, int layers)
     {
-        auto& st = mbs[microbatch];
-        if (!spare_mbs.empty()) {
-            st = std::move(spare_mbs.back());
-            spare_mbs.pop_back();
-        } else {
-            st = {};
-        }
+        auto it = reuse(mbs, spare_mbs, microbatch);
+        auto& st = it->second;
         st.rows = row_end - row_begin;
         st.row_begin = row_begin;
         st.forwarded = 0;
@@ -183,32 +194,18 @@ struct part<T>::impl {
             st.dk[l].assign(cache, T(0));
             st.dv[l].assign(cache, T(0));
         }
-        return mbs.find(microbatch);
+        return it;
     }
-    void retire(typename std::map<int, mb_state>::iterator it)
-    {
-        spare_mbs.push_back(std::move(it->second));
-        mbs.erase(it);
-    }
-    //! The saved state of a new unit, recycled from a finished one when there is one.
+    void retire(typename mb_map::iterator it) { spare_mbs.push_back(mbs.extract(it)); }
+    //! The saved state of a new unit (buffers recycled from a finished one when there is one).
     unit_saved& new_unit(std::pair<int, int> key, int layers)
     {
-        auto& us = units[key];
-        if (!spare_units.empty()) {
-            us = std::move(spare_units.back());
-            spare_units.pop_back();
-        } else {
-            us = {};
-        }
+        auto& us = reuse(units, spare_units, key)->second;
         us.input_done = false;
         us.layers.resize(static_cast<std::size_t>(layers));
         return us;
     }
-    void retire(typename std::map<std::pair<int, int>, unit_saved>::iterator it)
-    {
-        spare_units.push_back(std::move(it->second));
-        units.erase(it);
-    }
+    void retire(typename unit_map::iterator it) { spare_units.push_back(units.extract(it)); }
     void retire_all()
     {
         while (!mbs.empty()) retire(mbs.begin());
