@@ -25,6 +25,7 @@ struct autopipe_options {
     bool add_replicas = true;        //!< AutoDP: freed devices become replicas (else they idle)
     int batch = 1;                   //!< samples per pipeline iteration
     int microbatch_factor = 6;       //!< microbatch counts tried: K .. factor K
+    pipeline_schedule schedule = pipeline_schedule::gpipe;  //!< what the simulated iteration runs
 };
 
 //! One pipeline shape: what every replica runs.
@@ -89,7 +90,7 @@ public:
         s.replicas = o_.devices / (o_.add_replicas ? stages : o_.initial_stages);
         s.layers = partition_layers(costs_, stages, frozen, o_.lambda);
         const auto choice = choose_microbatches(latency_.stage_times(s.layers.cuts, frozen), o_.batch,
-                                                o_.microbatch_factor);
+                                                o_.microbatch_factor, o_.schedule);
         s.microbatches = choice.microbatches;
         s.iteration_seconds = choice.iteration_seconds;
         return s;

@@ -16,6 +16,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/schedule/gpipe.hpp"
+#include "tpipe/schedule/one_f_one_b.hpp"
 #include "tpipe/sim/costs.hpp"
 #include "tpipe/sim/simulate.hpp"
 #include "tpipe/slice/slicers.hpp"
@@ -49,22 +50,30 @@ struct microbatch_costs {
 };
 static_assert(cost_model<microbatch_costs>);
 
+//! The schedule a pipeline iteration runs: GPipe (all forwards, then all backwards; what the
+//! paper's PyTorch Pipe runs) or 1F1B (same bubble, but a stage's steady state is F + B, so a
+//! forward-heavy stage holding the frozen prefix costs what its total says).
+enum class pipeline_schedule { gpipe, one_f_one_b };
+
 //! A model that prices a shape: stage_times for these cuts with the first `frozen` units frozen.
 template <class M>
 concept pipeline_latency = requires(const M& m, std::span<const int> cuts, int frozen) {
     { m.stage_times(cuts, frozen) } -> std::convertible_to<stage_times>;
 };
 
-//! Seconds of one GPipe iteration of `batch` samples in `microbatches` microbatches, simulated,
-//! plus the slowest stage's after-backward work (the all-reduce waits for the last backward).
-inline double simulate_iteration(const stage_times& t, double batch, int microbatches)
+//! Seconds of one iteration of `batch` samples in `microbatches` microbatches, simulated, plus
+//! the slowest stage's after-backward work (the all-reduce waits for the last backward).
+inline double simulate_iteration(const stage_times& t, double batch, int microbatches,
+                                 pipeline_schedule schedule = pipeline_schedule::gpipe)
 {
     detail::require(t.stages() >= 1 && t.backward.size() == t.forward.size(),
                     "stage_times: forward and backward must have one entry per stage");
     detail::require(batch > 0, "simulate_iteration: batch must be > 0 samples");
     detail::require(microbatches >= 1, "simulate_iteration: microbatches must be >= 1, got " +
                                            std::to_string(microbatches));
-    const program p = gpipe{}.program(topology{t.stages()}, tpipe::microbatches(microbatches));
+    const topology top{t.stages()};
+    const program p = schedule == pipeline_schedule::gpipe ? gpipe{}.program(top, tpipe::microbatches(microbatches))
+                                                           : one_f_one_b{}.program(top, tpipe::microbatches(microbatches));
     const double makespan = simulate(p, microbatch_costs{t, batch / microbatches}).makespan;
     double tail = 0;
     for (double a : t.after) tail = std::max(tail, a);
@@ -78,14 +87,15 @@ struct microbatch_choice {
 
 //! The microbatch count in [K, factor K] (and <= batch) with the shortest simulated iteration;
 //! the paper profiles the same range once per pipeline length.
-inline microbatch_choice choose_microbatches(const stage_times& t, int batch, int factor = 6)
+inline microbatch_choice choose_microbatches(const stage_times& t, int batch, int factor = 6,
+                                             pipeline_schedule schedule = pipeline_schedule::gpipe)
 {
     detail::require(batch >= 1, "choose_microbatches: batch must be >= 1 sample, got " + std::to_string(batch));
     detail::require(factor >= 1, "choose_microbatches: factor must be >= 1, got " + std::to_string(factor));
     const int k = t.stages();
     microbatch_choice best{0, std::numeric_limits<double>::infinity()};
     for (int m = std::min(k, batch); m <= std::min(factor * k, batch); ++m) {
-        const double s = simulate_iteration(t, batch, m);
+        const double s = simulate_iteration(t, batch, m, schedule);
         if (s < best.iteration_seconds) best = {m, s};
     }
     return best;
