@@ -78,7 +78,8 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
 //! summed over the pipeline ranks and every process steps the whole model, so every process
 //! holds the weights and the optimizer state; a re-plan broadcasts process 0's to all anyway
 //! (the new replicas' hand-over), and checks nothing changed. The processes' caches share one
-//! directory, so a sample's cached output is found by whichever replica draws it next.
+//! directory, so a sample's cached output is found by whichever replica draws it next. Without
+//! AutoDP a plan uses fewer processes than the job has: the others idle until the next plan.
 class mpi_backend {
 public:
     mpi_backend(const gpt::config& cfg, const gpt::window_dataset& data, const gpt::elastic_options& o, int threads)
@@ -121,18 +122,28 @@ public:
         opt_.freeze(params_.lay.frozen_end(next.frozen));
         tpipe::sync_wait(receive_state());  // AutoDP's hand-over: process 0's state to everyone
         const auto drop = static_cast<std::ptrdiff_t>(opt_.frozen() - frozen_from);
-        const bool kept = params_.value == before && opt_.step_count() == t_before &&
-                          std::equal(opt_.first_moments().begin(), opt_.first_moments().end(), m_before.begin() + drop);
+        // A process that idled (no AutoDP) held a stale state, which the broadcast replaced.
+        const bool kept = !active_now_ || (params_.value == before && opt_.step_count() == t_before &&
+                                           std::equal(opt_.first_moments().begin(), opt_.first_moments().end(),
+                                                      m_before.begin() + drop));
         shape_ = next;
         const int K = shape_.stages, D = shape_.replicas;
-        if (K * D != world_.size())
+        if (K * D > world_.size())
             throw std::invalid_argument("elastic training under MPI needs one process per device: the plan has " +
                                         std::to_string(K * D) + " devices, the job " + std::to_string(world_.size()));
+        // The processes of this plan (without AutoDP, the freed ones idle until the next plan).
+        const bool agreed = all_agree(kept, world_);
+        active_now_ = me_ < K * D;
+        MPI_Comm active = MPI_COMM_NULL;
+        tpipe::mpi::check(MPI_Comm_split(world_.native(), active_now_ ? 0 : MPI_UNDEFINED, me_, &active), "MPI_Comm_split");
+        if (!active_now_) return agreed;
+        active_ = std::make_unique<tpipe::mpi::communicator>(active);
+        MPI_Comm_free(&active);
         replica_ = me_ / K;
         rank_ = me_ % K;
-        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(K, D), replica_);
-        pipeline_ = std::make_unique<tpipe::mpi::communicator>(world_.split(replica_, rank_));
-        replicas_ = std::make_unique<tpipe::mpi::communicator>(world_.split(rank_, replica_));
+        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(K, D), replica_, active_->native());
+        pipeline_ = std::make_unique<tpipe::mpi::communicator>(active_->split(replica_, rank_));
+        replicas_ = std::make_unique<tpipe::mpi::communicator>(active_->split(rank_, replica_));
         std::vector<bool> here(static_cast<std::size_t>(K), false);
         here[static_cast<std::size_t>(rank_)] = true;
         model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, shape_.layer_cuts, here);
@@ -150,11 +161,12 @@ public:
             opts.after_backward = dp_->hook();
         }
         runner_ = std::make_unique<runner_t>(model_->pipe(), prog, engine_, *transport_, opts);
-        return all_agree(kept);
+        return agreed;
     }
 
     double step(std::int64_t step)
     {
+        if (!active_now_) return 0;
         const auto ids = sampler_.shard(step, replica_, shape_.replicas);
         const gpt::batch b = data_.rows(ids);
         if (prefix_) frozen_out_ = prefix_->forward(b, ids, shape_.frozen);
@@ -166,24 +178,27 @@ public:
                                         MPI_SUM, pipeline_->native()),
                           "MPI_Allreduce (gradients over the pipeline ranks)");
         double sum = 0;
-        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, world_.native()), "MPI_Allreduce (loss)");
+        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, active_->native()), "MPI_Allreduce (loss)");
         opt_.step(params_);
         return sum / shape_.replicas;
     }
 
+    //! Among the processes of the current plan (an idle one's weights are stale by design).
     bool replicas_identical()
     {
+        if (!active_now_) return true;
         std::string mine = gpt::fnv_hex(params_.value), first = mine;
-        tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, world_.native()), "MPI_Bcast");
-        return all_agree(mine == first);
+        tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, active_->native()), "MPI_Bcast");
+        return all_agree(mine == first, *active_);
     }
 
     gpt::frozen_prefix<float>::counters frozen_rows()
     {
         auto c = retired_;
         if (prefix_) add(c, prefix_->count());
+        if (!active_now_) return c;
         std::int64_t v[3] = {c.full, c.extended, c.cached};
-        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, world_.native()), "MPI_Allreduce");
+        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, active_->native()), "MPI_Allreduce");
         return {v[0], v[1], v[2]};
     }
     tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
@@ -208,10 +223,10 @@ private:
         co_await world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&opt_.step_count(), 1)), 0);
     }
 
-    bool all_agree(bool mine)
+    static bool all_agree(bool mine, const tpipe::mpi::communicator& c)
     {
         int ok = mine ? 1 : 0, all = 0;
-        tpipe::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, world_.native()), "MPI_Allreduce");
+        tpipe::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c.native()), "MPI_Allreduce");
         return all == 1;
     }
 
@@ -225,6 +240,7 @@ private:
         replicas_.reset();
         pipeline_.reset();
         transport_.reset();
+        active_.reset();
     }
 
     const gpt::config& cfg_;
@@ -236,12 +252,13 @@ private:
     tpipe::elastic::epoch_sampler sampler_;
     tpipe::mpi::communicator world_;
     int me_ = 0, replica_ = 0, rank_ = 0;
+    bool active_now_ = true;  //!< this process runs a rank of the current plan
     gpt::elastic_shape shape_;
     tpipe::cpu_engine engine_{1};
     std::filesystem::path shared_dir_;
     std::unique_ptr<gpt::frozen_prefix<float>::cache_type> cache_;
     std::unique_ptr<tpipe::mpi::transport> transport_;
-    std::unique_ptr<tpipe::mpi::communicator> pipeline_, replicas_;
+    std::unique_ptr<tpipe::mpi::communicator> active_, pipeline_, replicas_;
     std::unique_ptr<gpt::pipelined_model<float>> model_;
     std::unique_ptr<gpt::frozen_prefix<float>> prefix_;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;

@@ -8,12 +8,13 @@ Configurations (same model, data, global batch, steps, seed):
   +AutoPipe+AutoCache (no AutoDP)  --no-autodp (the pipeline shortens, freed devices idle)
   +AutoPipe+AutoDP (no AutoCache)  --no-autocache
   all four        (AutoFreeze, AutoPipe, AutoDP, AutoCache)
-Each is run once (a run is minutes of work and its intervals already average many steps).
+Every configuration runs ROUNDS times (default 2), round-robin, so that all of them see the same
+mix of quiet and busy moments on a shared machine; the table gives each one's fastest run.
 Prints Markdown: end-to-end samples/s and speedup over the baseline, the predicted end-to-end
 speedup (the plan's simulated throughput per interval, weighted by the interval's samples), and
 the per-interval table of the full elastic run.
 
-usage: measure_elastic.py TRAIN_GPT [--mpi MPIEXEC] [train_gpt flags...]
+usage: measure_elastic.py TRAIN_GPT [--rounds R] [--mpi MPIEXEC] [train_gpt flags...]
 """
 import json
 import subprocess
@@ -43,6 +44,10 @@ def main():
     gpt = args.pop(0)
     prefix = [gpt]
     transport = "threads"
+    rounds = 2
+    if args and args[0] == "--rounds":
+        rounds = int(args[1])
+        args = args[2:]
     if args and args[0] == "--mpi":
         mpiexec = args[1]
         args = args[2:]
@@ -50,15 +55,17 @@ def main():
         prefix = [mpiexec, "--oversubscribe", "--allow-run-as-root", "-np", devices, gpt, "--transport", "mpi"]
         transport = "mpi"
     batch = int(args[args.index("--batch") + 1]) if "--batch" in args else 4
-    rows, full = [], None
-    for name, extra in CONFIGS:
-        intervals, summary = run(prefix + ["--elastic", "--json"] + args + extra)
-        rows.append((name, intervals, summary))
-        if not extra:
-            full = intervals
+    best = {}
+    for _ in range(rounds):
+        for name, extra in CONFIGS:
+            intervals, summary = run(prefix + ["--elastic", "--json"] + args + extra)
+            if name not in best or summary["samples_per_s"] > best[name][1]["samples_per_s"]:
+                best[name] = (intervals, summary)
+    rows = [(name,) + best[name] for name, _ in CONFIGS]
+    full = rows[-1][1]
     base = rows[0][2]["samples_per_s"]
     base_pred = predicted_seconds(rows[0][1], batch)
-    print(f"transport: {transport}; flags: {' '.join(args)}\n")
+    print(f"transport: {transport}; flags: {' '.join(args)}; best of {rounds} rounds\n")
     print("| configuration | samples/s | speedup | predicted speedup | weights |")
     print("|---|---|---|---|---|")
     for name, intervals, s in rows:

@@ -35,6 +35,7 @@
 #include "gpt/fingerprint.hpp"
 #include "../common/flags.hpp"
 #include "gpt/model.hpp"
+#include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
 
@@ -632,23 +633,7 @@ int train(const options& o)
                 all[k] = r.local_runner->run(r.model->io());
                 losses[k] = r.model->finish_step();
             };
-            if (reps.size() == 1) {
-                one(0);
-            } else {  // replicas run at the same time, each run() on a thread of its own
-                std::vector<std::exception_ptr> failed(reps.size());
-                std::vector<std::thread> threads;
-                for (std::size_t k = 0; k < reps.size(); ++k)
-                    threads.emplace_back([&, k] {
-                        try {
-                            one(k);
-                        } catch (...) {
-                            failed[k] = std::current_exception();
-                        }
-                    });
-                for (auto& t : threads) t.join();
-                for (auto& f : failed)
-                    if (f) std::rethrow_exception(f);
-            }
+            gpt::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
             for (double l : losses) loss += l / D;
             stats = std::move(all.front());
         }

@@ -21,6 +21,7 @@
 #include "gpt/elastic_loop.hpp"
 #include "gpt/elastic_plan.hpp"
 #include "gpt/frozen.hpp"
+#include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
 
 namespace gpt {
@@ -104,26 +105,6 @@ tpipe::task<void> receive_state(tpipe::thread_communicator& c, replica& r)
     co_await c.broadcast(std::as_writable_bytes(r.opt.first_moments()), 0);
     co_await c.broadcast(std::as_writable_bytes(r.opt.second_moments()), 0);
     co_await c.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&r.opt.step_count(), 1)), 0);
-}
-
-//! Runs fn(k) for every k on threads of their own (inline for one), rethrowing the first failure.
-template <class F>
-void on_threads(std::size_t n, F&& fn)
-{
-    if (n == 1) return fn(std::size_t{0});
-    std::vector<std::exception_ptr> failed(n);
-    std::vector<std::thread> threads;
-    for (std::size_t k = 0; k < n; ++k)
-        threads.emplace_back([&, k] {
-            try {
-                fn(k);
-            } catch (...) {
-                failed[k] = std::current_exception();
-            }
-        });
-    for (auto& t : threads) t.join();
-    for (auto& f : failed)
-        if (f) std::rethrow_exception(f);
 }
 
 struct state_snapshot {
