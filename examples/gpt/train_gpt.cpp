@@ -240,7 +240,7 @@ tpipe::scheme fixed_scheme(const options& o)
         return tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.cfg.seq_len});
     } catch (const tpipe::error& e) {
         const bool unknown = o.slicer.find(':') == std::string::npos;
-        throw usage_error(std::string("--slicer: ") + e.what() + (unknown ? " (or terapipe, planned here)" : ""));
+        throw usage_error("--slicer " + o.slicer + ": " + e.what() + (unknown ? " (or terapipe, planned here)" : ""));
     }
 }
 

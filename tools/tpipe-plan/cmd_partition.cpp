@@ -31,8 +31,13 @@ std::vector<double> parse_costs(const std::string& text)
     std::vector<double> out;
     std::stringstream in(text);
     std::string item;
-    while (std::getline(in, item, ',')) out.push_back(tpipe::cli::args::parse<double>("--costs", item));
-    if (out.empty() || text.back() == ',') throw tpipe::invalid_argument("--costs expects c1,c2,... (numbers), got '" + text + "'");
+    const std::string expects = "--costs expects c1,c2,... (finite numbers), got '" + text + "'";
+    try {
+        while (std::getline(in, item, ',')) out.push_back(tpipe::cli::args::parse<double>("--costs", item));
+    } catch (const tpipe::error& e) {
+        throw tpipe::invalid_argument(expects + ": " + e.what());
+    }
+    if (out.empty() || text.back() == ',') throw tpipe::invalid_argument(expects);
     return out;
 }
 
