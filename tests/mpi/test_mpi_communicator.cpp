@@ -105,7 +105,8 @@ TEST_CASE("broadcast copies the root's bytes everywhere; barrier waits for the l
     std::this_thread::sleep_for(std::chrono::milliseconds(30 * world.rank()));
     tpipe::sync_wait([](communicator& c) -> task<void> { co_await c.barrier(); }(world));
     const auto waited = std::chrono::steady_clock::now() - start;
-    CAPTURE(std::chrono::duration<double, std::milli>(waited).count());
+    const double waited_ms = std::chrono::duration<double, std::milli>(waited).count();  // (CAPTURE would split at the comma of duration<double, milli>)
+    CAPTURE(waited_ms);
     REQUIRE(all_ranks(waited >= std::chrono::milliseconds(30 * (world.size() - 1) - 5)));
 }
 
