@@ -200,10 +200,14 @@ public:
         model_->begin_step(b);
         runner_->run(model_->io());
         const double mine = model_->finish_step();
-        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact.
-        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data(), static_cast<int>(params_.grad.size()), MPI_FLOAT,
-                                        MPI_SUM, pipeline_->native()),
-                          "MPI_Allreduce (gradients over the pipeline ranks)");
+        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact. Only the
+        // active parameters: frozen gradients are zero everywhere.
+        if (pipeline_->size() > 1) {
+            const std::int64_t from = opt_.frozen();
+            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data() + from, static_cast<int>(params_.size() - from),
+                                            MPI_FLOAT, MPI_SUM, pipeline_->native()),
+                              "MPI_Allreduce (gradients over the pipeline ranks)");
+        }
         double sum = 0;
         tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, active_->native()), "MPI_Allreduce (loss)");
         opt_.step(params_);

@@ -17,6 +17,7 @@ the per-interval table of the full elastic run.
 usage: measure_elastic.py TRAIN_GPT [--rounds R] [--plan TPIPE_PLAN] [--mpi MPIEXEC] [train_gpt flags...]
   (freeze intervals must be epochs for the --plan comparison: tpipe-plan plans per epoch)
 """
+import fractions
 import json
 import os
 import subprocess
@@ -71,16 +72,6 @@ def main():
             if name not in best or summary["samples_per_s"] > best[name][1]["samples_per_s"]:
                 best[name] = (intervals, summary)
     rows = [(name,) + best[name] for name, _ in CONFIGS]
-    planned = None
-    if plan:  # tpipe-plan elastic on the same model, machine (the measured unit times) and run
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(model, f)
-        epochs = sum(1 for _ in rows[-1][1])
-        alpha = args[args.index("--alpha") + 1] if "--alpha" in args else "1/3"
-        devices = args[args.index("--devices") + 1] if "--devices" in args else "2"
-        cmd = [plan, "elastic", "--model", f.name, "--devices", devices, "--alpha", alpha, "--epochs", str(epochs), "--ablation"]
-        planned = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        os.unlink(f.name)
     full = rows[-1][1]
     base = rows[0][2]["samples_per_s"]
     base_pred = predicted_seconds(rows[0][1], batch)
@@ -97,8 +88,18 @@ def main():
         print(f"| {i['epoch']} | {i['frozen']} | {i['stages']} x {i['replicas']} | {i['microbatches']} | "
               f"{i['measured_throughput']:.1f} | {i['predicted_throughput']:.1f} | "
               f"{i['rows_computed']} / {i['rows_extended']} / {i['rows_cached']} |")
-
-
+    sys.stdout.flush()
+    planned = None
+    if plan:  # tpipe-plan elastic on the same model, machine (the measured unit times) and run
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(model, f)
+        epochs = sum(1 for _ in rows[-1][1])
+        alpha = args[args.index("--alpha") + 1] if "--alpha" in args else "0.3333333333"
+        alpha = str(fractions.Fraction(alpha).limit_denominator(1000))  # train_gpt's nearest fraction
+        devices = args[args.index("--devices") + 1] if "--devices" in args else "2"
+        cmd = [plan, "elastic", "--model", f.name, "--devices", devices, "--alpha", alpha, "--epochs", str(epochs), "--ablation"]
+        planned = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        os.unlink(f.name)
     if planned:
         print("\ntpipe-plan elastic on the measured unit times (" + " ".join(cmd[1:2] + cmd[4:]) + "):\n")
         print("```\n" + planned.rstrip() + "\n```")
