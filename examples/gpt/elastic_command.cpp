@@ -70,6 +70,33 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
     std::cout << std::endl;
 }
 
+//! The run as a tpipe-plan elastic model (docs/elastic.md), from the measured unit times: one
+//! JSON line {"planner_model": {...}}, so that the plan's prediction can be set beside the run.
+void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data, const gpt::elastic_options& o)
+{
+    const gpt::layout lay(cfg);
+    tpipe::json::array units;
+    units.emplace_back(tpipe::json::object{{"name", "embedding"}, {"params", static_cast<double>(lay.blocks.front().begin)},
+                                           {"block", 0}, {"forward_seconds", 0.0}});
+    double f = 0, b = 0;
+    for (int l = 0; l <= cfg.layers; ++l) {
+        const auto k = static_cast<std::size_t>(l);
+        const double params = l < cfg.layers ? static_cast<double>(lay.blocks[k].end - lay.blocks[k].begin)
+                                             : static_cast<double>(lay.total - lay.lnf_g);
+        units.emplace_back(tpipe::json::object{{"name", l < cfg.layers ? "h." + std::to_string(l) : std::string("head")},
+                                               {"params", params}, {"block", l}, {"forward_seconds", o.measured.forward[k]}});
+        if (l < cfg.layers) f += o.measured.forward[k], b += o.measured.backward[k];
+    }
+    tpipe::json::object m{{"name", "gpt-elastic"},
+                          {"layers", cfg.layers},
+                          {"units", std::move(units)},
+                          {"samples_per_epoch", data.samples()},
+                          {"batch", o.batch},
+                          {"activation_bytes", static_cast<double>(cfg.seq_len) * cfg.d_model * 4},
+                          {"backward_factor", b / f}};
+    std::cout << tpipe::json::dump(tpipe::json::value(tpipe::json::object{{"planner_model", std::move(m)}})) << std::endl;
+}
+
 #ifdef TPIPE_GPT_MPI
 //! The MPI backend of gpt::run_elastic_loop: process p is one device. In a shape of K stages x D
 //! replicas it runs pipeline rank p % K of replica p / K. Every re-plan re-forms the transport
@@ -173,10 +200,14 @@ public:
         model_->begin_step(b);
         runner_->run(model_->io());
         const double mine = model_->finish_step();
-        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact.
-        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data(), static_cast<int>(params_.grad.size()), MPI_FLOAT,
-                                        MPI_SUM, pipeline_->native()),
-                          "MPI_Allreduce (gradients over the pipeline ranks)");
+        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact. Only the
+        // active parameters: frozen gradients are zero everywhere.
+        if (pipeline_->size() > 1) {
+            const std::int64_t from = opt_.frozen();
+            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data() + from, static_cast<int>(params_.size() - from),
+                                            MPI_FLOAT, MPI_SUM, pipeline_->native()),
+                              "MPI_Allreduce (gradients over the pipeline ranks)");
+        }
         double sum = 0;
         tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, active_->native()), "MPI_Allreduce (loss)");
         opt_.step(params_);
@@ -319,16 +350,20 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         if (o.devices != size)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
-        const elastic_planner planner(c.cfg, o, per_process * o.devices, shared_unit_times(c.cfg, per_process));
+        o.measured = shared_unit_times(c.cfg, per_process);
+        const elastic_planner planner(c.cfg, o, per_process * o.devices, o.measured);
         mpi_backend be(c.cfg, data, o, per_process);
         speaks = be.process() == 0;
         header();
+        if (speaks && c.json) print_planner_model(c.cfg, data, o);
         res = run_elastic_loop(data, o, planner, be, print);
 #else
         throw std::invalid_argument("--transport mpi: this train_gpt was built without MPI");
 #endif
     } else {
         header();
+        o.measured = measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
+        if (c.json) print_planner_model(c.cfg, data, o);
         res = train_elastic(c.cfg, data, o, print);
     }
     if (!speaks) return 0;

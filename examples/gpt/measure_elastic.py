@@ -14,11 +14,15 @@ Prints Markdown: end-to-end samples/s and speedup over the baseline, the predict
 speedup (the plan's simulated throughput per interval, weighted by the interval's samples), and
 the per-interval table of the full elastic run.
 
-usage: measure_elastic.py TRAIN_GPT [--rounds R] [--mpi MPIEXEC] [train_gpt flags...]
+usage: measure_elastic.py TRAIN_GPT [--rounds R] [--plan TPIPE_PLAN] [--mpi MPIEXEC] [train_gpt flags...]
+  (freeze intervals must be epochs for the --plan comparison: tpipe-plan plans per epoch)
 """
+import fractions
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 CONFIGS = [
     ("baseline (no freezing)", ["--max-frozen", "0"]),
@@ -32,7 +36,9 @@ CONFIGS = [
 def run(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
-    return [l for l in lines if "summary" not in l], next(l for l in lines if "summary" in l)
+    model = next(l["planner_model"] for l in lines if "planner_model" in l)
+    intervals = [l for l in lines if "summary" not in l and "planner_model" not in l]
+    return intervals, next(l for l in lines if "summary" in l), model
 
 
 def predicted_seconds(intervals, batch):
@@ -45,8 +51,12 @@ def main():
     prefix = [gpt]
     transport = "threads"
     rounds = 2
-    if args and args[0] == "--rounds":
-        rounds = int(args[1])
+    plan = None
+    while args and args[0] in ("--rounds", "--plan"):
+        if args[0] == "--rounds":
+            rounds = int(args[1])
+        else:
+            plan = args[1]
         args = args[2:]
     if args and args[0] == "--mpi":
         mpiexec = args[1]
@@ -58,7 +68,7 @@ def main():
     best = {}
     for _ in range(rounds):
         for name, extra in CONFIGS:
-            intervals, summary = run(prefix + ["--elastic", "--json"] + args + extra)
+            intervals, summary, model = run(prefix + ["--elastic", "--json"] + args + extra)
             if name not in best or summary["samples_per_s"] > best[name][1]["samples_per_s"]:
                 best[name] = (intervals, summary)
     rows = [(name,) + best[name] for name, _ in CONFIGS]
@@ -78,6 +88,21 @@ def main():
         print(f"| {i['epoch']} | {i['frozen']} | {i['stages']} x {i['replicas']} | {i['microbatches']} | "
               f"{i['measured_throughput']:.1f} | {i['predicted_throughput']:.1f} | "
               f"{i['rows_computed']} / {i['rows_extended']} / {i['rows_cached']} |")
+    sys.stdout.flush()
+    planned = None
+    if plan:  # tpipe-plan elastic on the same model, machine (the measured unit times) and run
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(model, f)
+        epochs = sum(1 for _ in rows[-1][1])
+        alpha = args[args.index("--alpha") + 1] if "--alpha" in args else "0.3333333333"
+        alpha = str(fractions.Fraction(alpha).limit_denominator(1000))  # train_gpt's nearest fraction
+        devices = args[args.index("--devices") + 1] if "--devices" in args else "2"
+        cmd = [plan, "elastic", "--model", f.name, "--devices", devices, "--alpha", alpha, "--epochs", str(epochs), "--ablation"]
+        planned = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        os.unlink(f.name)
+    if planned:
+        print("\ntpipe-plan elastic on the measured unit times (" + " ".join(cmd[1:2] + cmd[4:]) + "):\n")
+        print("```\n" + planned.rstrip() + "\n```")
 
 
 if __name__ == "__main__":

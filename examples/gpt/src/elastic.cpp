@@ -267,7 +267,7 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
         throw std::invalid_argument("the global batch (" + std::to_string(o.batch) + ") must be a multiple of the " +
                                     std::to_string(o.devices) + " devices, so that any replica count shares it equally");
     const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const elastic_planner planner(cfg, o, hw);
+    const elastic_planner planner(cfg, o, hw, o.measured);
     thread_backend be(cfg, data, o, hw);
     return run_elastic_loop(data, o, planner, be, on_interval);
 }

@@ -41,6 +41,12 @@ private:
     std::int64_t seq_len_, samples_;
 };
 
+//! Seconds per sample of each unit's (layer's, then the tail's) forward and backward, measured
+//! on one sample (gpt/elastic_plan.hpp: measure_units).
+struct unit_seconds {
+    std::vector<double> forward, backward;
+};
+
 struct elastic_options {
     int devices = 2;               //!< N: the starting pipeline's length, and the devices replicas may use
     int batch = 8;                 //!< global batch: samples per step over every replica
@@ -55,6 +61,7 @@ struct elastic_options {
     int threads = 0;               //!< compute threads in all (0: hardware threads)
     adamw_options opt{};
     std::uint64_t seed = 1;        //!< weights and sample order
+    unit_seconds measured{};       //!< the planner's unit times (empty: measured when training starts)
     //! Tests: the frozen layer count of interval i given the previous one (replaces the policy).
     std::function<int(int interval, int frozen)> freeze{};
 };

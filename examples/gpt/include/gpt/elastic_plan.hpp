@@ -23,10 +23,6 @@ struct elastic_shape {
     tpipe::replan_record record(int interval, bool cached) const;
 };
 
-//! Seconds per sample of each unit's forward and backward, one sample measured on this machine.
-struct unit_seconds {
-    std::vector<double> forward, backward;
-};
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads);
 
 //! The pipeline latency model of tpipe::autopipe: a stage's forward is its units' (frozen units
