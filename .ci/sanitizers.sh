@@ -55,7 +55,16 @@ for kind in "${kinds[@]}"; do
   cmake --build "$dir" -j"$jobs" --target $targets
   built=$(date +%s)
   echo "== $kind: ctest (all but $excluded)"
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" -E "$excluded"
+  if [[ $kind == address ]]; then
+    # tpipe_tests_mpi's runs (mpi_np*, mpi_progress_*) end with leaks that LeakSanitizer cannot
+    # attribute (Open MPI's plugins are unloaded at MPI_Finalize: "<unknown module>", which no
+    # suppression can name): there, addresses and UB are checked, leaks are not. Every other
+    # test, the other MPI programs included, runs with the leak check.
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs" -E "$excluded|^(mpi_np.*|mpi_progress_.*)$"
+    ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" ctest --test-dir "$dir" --output-on-failure -j"$jobs" -R '^(mpi_np.*|mpi_progress_.*)$'
+  else
+    ctest --test-dir "$dir" --output-on-failure -j"$jobs" -E "$excluded"
+  fi
   echo "== $kind: built in $((built - start)) s, tested in $(( $(date +%s) - built )) s"
 done
 echo "== sanitizers: clean (${kinds[*]})"

@@ -500,8 +500,9 @@ private:
         if (!s_) return;
         if (s_->broken) {
             // MPI may still write the abandoned collective's buffers: keep them (and the
-            // communicator) alive until the process ends.
-            (void)s_.release();
+            // communicator) alive until the process ends, reachable (not reported as a leak).
+            static auto* abandoned = new std::vector<detail::comm_state*>;
+            abandoned->push_back(s_.release());
             return;
         }
         if (s_->comm != MPI_COMM_NULL) MPI_Comm_free(&s_->comm);
