@@ -44,7 +44,9 @@ struct openblas_setup {
                                      "concurrent callers; link the pthread build (libopenblas-pthread-dev)");
         const std::string found = openblas_get_corename();
         const bool avx2_core = found == "Haswell" || found == "Zen";
-        if (avx2_core && cpu_has_avx512() && gotoblas_dynamic_init && gotoblas_dynamic_quit) {
+        // A user's own OPENBLAS_CORETYPE is their choice: never overridden.
+        if (avx2_core && cpu_has_avx512() && std::getenv("OPENBLAS_CORETYPE") == nullptr && gotoblas_dynamic_init &&
+            gotoblas_dynamic_quit) {
             setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
             gotoblas_dynamic_quit();
             gotoblas_dynamic_init();
