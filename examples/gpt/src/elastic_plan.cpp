@@ -124,7 +124,11 @@ elastic_planner::elastic_planner(const config& cfg, const elastic_options& o, in
 
 int elastic_planner::next_frozen(int interval, int frozen) const
 {
-    const tpipe::freeze_observation ob{interval, cfg_.layers, frozen, o_.max_frozen, {}};
+    // Without AutoPipe the pipeline keeps its `devices` stages, each with an active unit (of the
+    // layers and the head): at most layers + 1 - devices layers may freeze.
+    int cap = o_.max_frozen < 0 ? cfg_.layers : o_.max_frozen;
+    if (!o_.autopipe) cap = std::min(cap, cfg_.layers + 1 - o_.devices);
+    const tpipe::freeze_observation ob{interval, cfg_.layers, frozen, std::max(cap, 0), {}};
     if (o_.freeze) {
         function_policy p{&o_.freeze};
         return tpipe::next_frozen(p, ob);
