@@ -22,6 +22,11 @@ if(TPIPE_BUILD_EXAMPLES)
       --steps 400 --freeze-every 80 --alpha 0.5 --check --json)
   add_test(NAME gpt_train_elastic COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS})
   set_tests_properties(gpt_train_elastic PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # Without AutoPipe the pipeline keeps its stages: freezing stops where each would lose its last
+  # active unit (here 3 of 4 layers on 2 stages), instead of failing.
+  add_test(NAME gpt_train_elastic_no_autopipe COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS} --no-autopipe)
+  set_tests_properties(gpt_train_elastic_no_autopipe PROPERTIES TIMEOUT 300
+                       PASS_REGULAR_EXPRESSION "\"frozen\":3.*\"check_ok\":true")
   add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
   set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)
   add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)
