@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -54,6 +55,24 @@ TEMPLATE_TEST_CASE("BLAS gemm equals the triple loop", "[gpt][kernels]", float, 
                     check_gemm<TestType>(m, n, k, ta, tb, acc, nullptr);
                     check_gemm<TestType>(m, n, k, ta, tb, acc, &pool);
                 }
+}
+
+TEST_CASE("a pool's gemm gives the same bits on 1, 2 or 3 threads", "[gpt][kernels]")
+{
+    // Elastic training re-plans a stage onto more threads and must not change a bit.
+    gpt::thread_pool p1(1), p2(2), p3(3);
+    for (auto [m, n, k] : {std::array<std::int64_t, 3>{512, 128, 128}, {128, 384, 512}, {200, 72, 300}, {64, 1024, 128}}) {
+        std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)));
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(std::cos(0.11 * double(i)));
+        std::vector<float> c1(static_cast<std::size_t>(m * n)), c2(c1.size()), c3(c1.size());
+        gpt::gemm<float>(p1, m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c1.data(), n, false);
+        gpt::gemm<float>(p2, m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c2.data(), n, false);
+        gpt::gemm<float>(p3, m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c3.data(), n, false);
+        INFO("m " << m << " n " << n << " k " << k);
+        CHECK(c1 == c2);
+        CHECK(c1 == c3);
+    }
 }
 
 TEST_CASE("thread pool runs every task once and rethrows", "[gpt][kernels]")

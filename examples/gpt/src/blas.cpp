@@ -118,22 +118,22 @@ template <class T>
 void gemm(thread_pool& pool, std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c,
           std::int64_t ldc, bool accumulate)
 {
-    const int threads = pool.size();
     // Below this a split costs more in wake-ups than it saves.
-    if (threads == 1 || double(m) * double(n) * double(k) < 128.0 * 1024) {
+    if (double(m) * double(n) * double(k) < 128.0 * 1024) {
         gemm(m, n, k, a, b, c, ldc, accumulate);
         return;
     }
-    // Blocks of C rows, or of columns when C is short and wide; multiples of 16 keep the
-    // micro-kernel's tiles whole.
-    constexpr std::int64_t align = 16;
-    const bool by_rows = m >= n || m >= align * threads;
+    // Blocks of C rows (of columns when C is short and wide) chosen from the shape alone, never
+    // from the pool's size: some OpenBLAS kernel sets (Haswell's, for one) give bits that depend on
+    // the block a call is given, so a stage's results stay the same on 1 or T threads. Up to four
+    // blocks (enough for the stages' few threads; fewer calls keep OpenBLAS's packing cheap), each
+    // a multiple of 16 (the micro-kernels' tiles) and at least 64.
+    const bool by_rows = m >= n;
     const std::int64_t extent = by_rows ? m : n;
-    const std::int64_t parts = std::min<std::int64_t>(threads, (extent + align - 1) / align);
-    const std::int64_t chunk = ((extent + parts - 1) / parts + align - 1) / align * align;
-    pool.run(static_cast<int>(parts), [&](int t) {
-        const std::int64_t lo = t * chunk, hi = std::min(extent, lo + chunk);
-        if (lo >= hi) return;
+    const std::int64_t block = std::max<std::int64_t>(64, ((extent + 3) / 4 + 15) / 16 * 16);
+    const std::int64_t blocks = (extent + block - 1) / block;
+    pool.run(static_cast<int>(blocks), [&](int t) {
+        const std::int64_t lo = t * block, hi = std::min(extent, lo + block);
         if (by_rows)
             gemm(hi - lo, n, k, mat<T>{a.data + lo * a.rs, a.rs, a.cs}, b, c + lo * ldc, ldc, accumulate);
         else

@@ -128,6 +128,10 @@ struct state_snapshot {
 
 //! The thread backend of run_elastic_loop: every replica and stage in this process, one device
 //! (loop thread) per pipeline rank of every replica.
+//! Threads for each part when `hw` threads run K stages x D replicas (the reference builds its
+//! parts the same way; the kernels' bits do not depend on it).
+inline int threads_per_part(int hw, int stages, int replicas) { return std::max(1, hw / (stages * replicas)); }
+
 class thread_backend {
 public:
     thread_backend(const config& cfg, const window_dataset& data, const elastic_options& o, int threads)
@@ -166,7 +170,7 @@ public:
         for (auto& r : reps_) kept = before.held_by(*r, frozen_from) && kept;
         // AutoPipe: the new pipelines, their runners and the gradient all-reduce.
         shape_ = next;
-        const int K = shape_.stages, D = shape_.replicas, threads_per_part = std::max(1, hw_ / (K * D));
+        const int K = shape_.stages, D = shape_.replicas, threads_per_part = gpt::threads_per_part(hw_, K, D);
         engine_ = std::make_unique<tpipe::cpu_engine>(K * D);
         if (D > 1)
             for (int s = 0; s < K; ++s) groups_.push_back(std::make_unique<tpipe::thread_group>(D));
@@ -278,12 +282,14 @@ std::vector<float> train_frozen_reference(const config& cfg, const window_datase
     parameters<float> p = initial_weights(cfg, o.seed);
     adamw<float> opt(p, o.opt);
     tpipe::elastic::epoch_sampler sampler({.samples = data.samples(), .batch = o.batch, .seed = o.seed});
-    frozen_prefix<float> prefix(p, 1);
+    const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<float> sum;
     for (const auto& iv : plan) {
         const int F = iv.plan.frozen, D = iv.plan.replicas;
+        const int threads = threads_per_part(hw, iv.plan.stages, D);
+        frozen_prefix<float> prefix(p, threads);
         opt.freeze(p.lay.frozen_end(F));
-        part<float> whole(p, F, cfg.layers, F == 0, true);
+        part<float> whole(p, F, cfg.layers, F == 0, true, threads);
         const auto units = tpipe::microbatch_slicer{iv.plan.microbatches}.scheme(tpipe::batch_shape{o.batch / D, cfg.seq_len});
         for (std::int64_t step = iv.first_step; step < iv.first_step + iv.steps; ++step) {
             for (int d = 0; d < D; ++d) {

@@ -76,7 +76,8 @@ template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c, std::int64_t ldc,
           bool accumulate);
 
-//! The same, split across the pool's threads into blocks of C rows (or of columns when C is short).
+//! The same, split across the pool's threads into blocks of C rows (or columns when C is short and
+//! wide) chosen from the shape alone: the bits do not depend on the pool's size.
 template <class T>
 void gemm(thread_pool& pool, std::int64_t m, std::int64_t n, std::int64_t k, mat<T> a, mat<T> b, T* c,
           std::int64_t ldc, bool accumulate);
