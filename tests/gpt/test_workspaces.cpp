@@ -16,6 +16,12 @@ namespace {
 std::atomic<long> allocations{0};
 }
 
+// Sanitizers replace operator new themselves (and report a replacement's free of their blocks as
+// a mismatch): the count is only taken in regular builds.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GPT_COUNTS_ALLOCATIONS 0
+#else
+#define GPT_COUNTS_ALLOCATIONS 1
 void* operator new(std::size_t n)
 {
     allocations.fetch_add(1, std::memory_order_relaxed);
@@ -24,9 +30,14 @@ void* operator new(std::size_t n)
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#endif
 
 TEST_CASE("a steady-state iteration allocates nothing", "[gpt][workspaces]")
 {
+    if (!GPT_COUNTS_ALLOCATIONS) {
+        WARN("not checked under sanitizers: they own operator new");
+        return;
+    }
     auto cfg = gpt_test::tiny_config();
     cfg.seq_len = 80;  // two attention query blocks
     gpt::parameters<float> params(cfg);
