@@ -1,0 +1,32 @@
+// The main of every GPU test executable: runs the Catch2 session only where a CUDA device can
+// be used. Without one it prints why and exits 77, which CTest reports as skipped: a GPU test
+// that did not run is never counted as passed. TPIPE_GPU_MIN_DEVICES=N (default 1) asks for N
+// devices (NCCL between processes needs a distinct GPU per rank).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+int main(int argc, char* argv[])
+{
+    int devices = 0;
+    const cudaError_t e = cudaGetDeviceCount(&devices);
+    int wanted = 1;
+    if (const char* w = std::getenv("TPIPE_GPU_MIN_DEVICES")) wanted = std::atoi(w);
+    if (e != cudaSuccess || devices < wanted) {
+        const std::string why = e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+                                                       cudaGetErrorString(e)
+                                                 : std::to_string(devices) + " CUDA device(s), this suite needs " +
+                                                       std::to_string(wanted);
+        std::printf("SKIPPED: %s: no usable GPU (%s)\n", argv[0], why.c_str());
+        return 77;
+    }
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
+        std::printf("GPU 0 of %d: %s, compute capability %d.%d\n", devices, p.name, p.major, p.minor);
+    return Catch::Session().run(argc, argv);
+}
