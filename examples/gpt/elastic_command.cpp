@@ -9,7 +9,6 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include <tpipe/core/json.hpp>
 
@@ -327,7 +326,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     elastic_options o = c.opts;
     const std::int64_t per_epoch = data.samples() / o.batch;
     if (o.steps <= 0) o.steps = c.epochs * per_epoch;
-    const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int hw = compute_threads(o);
     const int per_process = std::max(1, o.threads > 0 ? o.threads : hw / o.devices);  // under MPI
     bool speaks = true;
     elastic_result res;

@@ -184,11 +184,11 @@ options parse(int argc, char** argv)
         else if (f == "--transport") o.transport = value();
         else if (f == "--untied") o.cfg.tied = false;
         else if (f == "--elastic") o.elastic = true;
-        else if (f == "--devices") o.el.opts.devices = static_cast<int>(to_int(f, value(), 1));
+        else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
         else if (f == "--alpha") o.el.opts.alpha = to_double(f, value());
-        else if (f == "--freeze-every") o.el.opts.freeze_every = to_int(f, value(), 1);
-        else if (f == "--epochs") o.el.epochs = static_cast<int>(to_int(f, value(), 1));
-        else if (f == "--max-frozen") o.el.opts.max_frozen = static_cast<int>(to_int(f, value(), 0));
+        else if (f == "--freeze-every") o.el.opts.freeze_every = to_int(f, value(), std::int64_t{1});
+        else if (f == "--epochs") o.el.epochs = to_int(f, value(), 1);
+        else if (f == "--max-frozen") o.el.opts.max_frozen = to_int(f, value(), 0);
         else if (f == "--cache-mb") o.el.opts.cache_bytes = static_cast<std::size_t>(to_int(f, value(), 0)) << 20;
         else if (f == "--no-autopipe") o.el.opts.autopipe = false;
         else if (f == "--no-autodp") o.el.opts.autodp = false;

@@ -6,7 +6,6 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/elastic/autopipe.hpp>
@@ -270,7 +269,7 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
     if (o.batch % o.devices != 0)
         throw std::invalid_argument("the global batch (" + std::to_string(o.batch) + ") must be a multiple of the " +
                                     std::to_string(o.devices) + " devices, so that any replica count shares it equally");
-    const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int hw = compute_threads(o);
     const elastic_planner planner(cfg, o, hw, o.measured);
     thread_backend be(cfg, data, o, hw);
     return run_elastic_loop(data, o, planner, be, on_interval);
@@ -282,7 +281,7 @@ std::vector<float> train_frozen_reference(const config& cfg, const window_datase
     parameters<float> p = initial_weights(cfg, o.seed);
     adamw<float> opt(p, o.opt);
     tpipe::elastic::epoch_sampler sampler({.samples = data.samples(), .batch = o.batch, .seed = o.seed});
-    const int hw = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int hw = compute_threads(o);
     std::vector<float> sum;
     for (const auto& iv : plan) {
         const int F = iv.plan.frozen, D = iv.plan.replicas;

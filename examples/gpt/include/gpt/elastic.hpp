@@ -12,10 +12,12 @@
 //   per-pipeline batch and so grows the global batch with D, which changes the optimisation.
 // - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
 // - Freezing requires an untied LM head (the embedding freezes with layer 0; the head trains).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <tpipe/elastic/cache.hpp>
@@ -65,6 +67,12 @@ struct elastic_options {
     //! Tests: the frozen layer count of interval i given the previous one (replaces the policy).
     std::function<int(int interval, int frozen)> freeze{};
 };
+
+//! Compute threads an elastic run uses in all: options::threads, or every hardware thread.
+inline int compute_threads(const elastic_options& o)
+{
+    return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 //! One interval: its plan and what it measured.
 struct interval_report {
