@@ -105,6 +105,12 @@ public:
         *gpu = s->gpu;
         return 0;
     }
+    int stream_query(stream_type s)
+    {
+        std::lock_guard<std::mutex> g(m_);
+        if (s->failed) return s->failed;
+        return s->ops.empty() ? 0 : code::not_ready;
+    }
     int event_create(event_type* e)
     {
         std::lock_guard<std::mutex> g(m_);

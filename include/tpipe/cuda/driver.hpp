@@ -29,6 +29,7 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
     { d.stream_create(sp) } -> std::same_as<int>;      //!< non-blocking stream on the current GPU
     { d.stream_destroy(s) } -> std::same_as<int>;
     { d.stream_device(s, ip) } -> std::same_as<int>;   //!< the GPU a stream belongs to
+    { d.stream_query(s) } -> std::same_as<int>;        //!< 0 idle, not_ready, or the stream's error
     { d.event_create(ep) } -> std::same_as<int>;       //!< timing disabled, on the current GPU
     { d.event_destroy(e) } -> std::same_as<int>;
     { d.event_record(e, s) } -> std::same_as<int>;

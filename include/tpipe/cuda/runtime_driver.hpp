@@ -26,6 +26,7 @@ struct runtime_driver {
     int stream_create(cudaStream_t* s) noexcept { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
     int stream_destroy(cudaStream_t s) noexcept { return cudaStreamDestroy(s); }
     int stream_device(cudaStream_t s, int* gpu) noexcept { return cudaStreamGetDevice(s, gpu); }
+    int stream_query(cudaStream_t s) noexcept { return cudaStreamQuery(s); }
     int event_create(cudaEvent_t* e) noexcept { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); }
     int event_destroy(cudaEvent_t e) noexcept { return cudaEventDestroy(e); }
     int event_record(cudaEvent_t e, cudaStream_t s) noexcept { return cudaEventRecord(e, s); }
