@@ -138,7 +138,6 @@ public:
         if (e->error) return e->error;
         return e->completed >= e->recorded ? 0 : code::not_ready;
     }
-    int stream_wait_event(stream_type, event_type) { return 0; }
     int launch_host_func(stream_type s, void (*fn)(void*), void* data)
     {
         {

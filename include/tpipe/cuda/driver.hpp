@@ -34,7 +34,6 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
     { d.event_destroy(e) } -> std::same_as<int>;
     { d.event_record(e, s) } -> std::same_as<int>;
     { d.event_query(e) } -> std::same_as<int>;         //!< 0 done, not_ready, or the stream's error
-    { d.stream_wait_event(s, e) } -> std::same_as<int>;
     { d.launch_host_func(s, fn, p) } -> std::same_as<int>;
     { d.last_error() } -> std::same_as<int>;           //!< cudaGetLastError: returns and clears
     { d.malloc_device(pp, n) } -> std::same_as<int>;   //!< on the current GPU
