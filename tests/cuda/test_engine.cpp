@@ -183,6 +183,7 @@ TEST_CASE("a GPU that never finishes is the watchdog's error naming who waits fo
             CHECK(contains(e.what(), "rank 0 (device 0) waits at action"));
         }
         CHECK(eng.waiting_for(1).empty());  // the cancelled compute is no longer waiting
+        CHECK(!eng.cancelled());            // the cancellation ended with the iteration
         // The GPU recovers: the next iteration on the same engine is exact again.
         d.stall(eng.compute_stream(1), false);
         auto fresh = synth::make_gpu_uniform<true>(2, d);
