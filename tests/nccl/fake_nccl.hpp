@@ -20,6 +20,7 @@
 //   communicator fail.
 // "Device" memory is host memory. All state is behind one mutex.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -52,7 +53,7 @@ struct op {
     void* out = nullptr;
     std::size_t count = 0;  //!< elements (bytes for p2p, broadcast, copy)
     dtype type = dtype::bytes;
-    int peer = 0;           //!< p2p peer or broadcast root
+    int peer = 0;           //!< p2p peer, broadcast root, or for all_reduce 1 = average
     comm_obj* comm = nullptr;
     launch* in_launch = nullptr;
     bool done = false;
@@ -109,7 +110,7 @@ inline std::string describe_op(const op& o)
         return r + " receives " + std::to_string(o.count) + " bytes from rank " + std::to_string(o.peer) + " (its " + ordinal(o.seq) +
                " receive from it)";
     case kind::all_reduce:
-        return r + " all-reduces " + std::to_string(o.count) + " " + dtype_name(o.type) + " (its " + ordinal(o.seq) + " collective)";
+        return r + (o.peer == 1 ? " averages " : " all-reduces ") + std::to_string(o.count) + " " + dtype_name(o.type) + " (its " + ordinal(o.seq) + " collective)";
     case kind::broadcast:
         return r + " broadcasts " + std::to_string(o.count) + " bytes from root " + std::to_string(o.peer) + " (its " + ordinal(o.seq) +
                " collective)";
@@ -289,6 +290,7 @@ public:
     }
 
     int aborts = 0;          //!< ncclCommAbort calls (tests check them)
+    std::atomic<int> averages{0};  //!< all-reduces with ncclAvg
     int launches_issued = 0;
 
 private:
@@ -460,6 +462,8 @@ private:
             const T* x = static_cast<const T*>(ops[r]->in);
             for (std::size_t e = 0; e < n; ++e) sum[e] = sum[e] + x[e];
         }
+        if (ops[0]->peer == 1)  // average
+            for (T& x : sum) x = x / static_cast<T>(ops.size());
         for (op* o : ops) std::memcpy(o->out, sum.data(), n * sizeof(T));
     }
 
@@ -529,7 +533,11 @@ struct api {
     int group_end() { return w->group_end(); }
     int send(const void* in, std::size_t bytes, int peer, comm_t c, stream_t s) { return call(kind::send, in, nullptr, bytes, dtype::bytes, peer, c, s); }
     int recv(void* out, std::size_t bytes, int peer, comm_t c, stream_t s) { return call(kind::recv, nullptr, out, bytes, dtype::bytes, peer, c, s); }
-    int all_reduce_sum(const void* in, void* out, std::size_t n, dtype t, comm_t c, stream_t s) { return call(kind::all_reduce, in, out, n, t, 0, c, s); }
+    int all_reduce(const void* in, void* out, std::size_t n, dtype t, redop op, comm_t c, stream_t s)
+    {
+        if (op == redop::average) w->averages.fetch_add(1);
+        return call(kind::all_reduce, in, out, n, t, op == redop::average ? 1 : 0, c, s);
+    }
     int broadcast(const void* in, void* out, std::size_t bytes, int root, comm_t c, stream_t s) { return call(kind::broadcast, in, out, bytes, dtype::bytes, root, c, s); }
     int async_error(comm_t c) { return w->async_error(c); }
     void abort(comm_t c) noexcept { w->abort(c); }

@@ -14,7 +14,7 @@
 //   rank_of(c), size_of(c)                ncclCommUserRank, ncclCommCount
 //   group_start(), group_end()            calls in between are issued at group_end
 //   send(buf, bytes, peer, c, s), recv(buf, bytes, peer, c, s)
-//   all_reduce_sum(in, out, count, type, c, s), broadcast(in, out, bytes, root, c, s)
+//   all_reduce(in, out, count, type, op, c, s), broadcast(in, out, bytes, root, c, s)
 //   async_error(c)                        ncclCommGetAsyncError: 0 while healthy
 //   abort(c), destroy(c)                  noexcept; abort may run on any thread
 //   describe(rc, c)                       NCCL's name and reason (and ncclGetLastError)
@@ -35,6 +35,9 @@
 #include "tpipe/exec/channel.hpp"
 
 namespace tpipe::nccl {
+
+//! The reductions tpipe uses (ncclSum, ncclAvg).
+enum class redop : unsigned char { sum, average };
 
 //! Element types of reductions (the subset of ncclDataType_t tpipe uses); bytes for p2p.
 enum class dtype : unsigned char { f32, f64, i32, i64, bytes };
@@ -78,7 +81,7 @@ template <class A>
 concept api =
     std::copy_constructible<A> &&
     requires(A& a, typename A::comm_t c, typename A::comm_t& out, typename A::stream_t s, typename A::marker_t m,
-             const void* in, void* o, std::size_t n, int i, dtype t, unique_id& id, const unique_id& cid,
+             const void* in, void* o, std::size_t n, int i, dtype t, redop op, unique_id& id, const unique_id& cid,
              const std::string& what) {
         { a.get_unique_id(id) } -> std::same_as<int>;
         { a.init_rank(out, i, cid, i) } -> std::same_as<int>;
@@ -89,7 +92,7 @@ concept api =
         { a.group_end() } -> std::same_as<int>;
         { a.send(in, n, i, c, s) } -> std::same_as<int>;
         { a.recv(o, n, i, c, s) } -> std::same_as<int>;
-        { a.all_reduce_sum(in, o, n, t, c, s) } -> std::same_as<int>;
+        { a.all_reduce(in, o, n, t, op, c, s) } -> std::same_as<int>;
         { a.broadcast(in, o, n, i, c, s) } -> std::same_as<int>;
         { a.async_error(c) } -> std::same_as<int>;
         { a.abort(c) } noexcept;

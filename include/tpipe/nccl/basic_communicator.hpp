@@ -255,10 +255,16 @@ public:
         requires reducible<T>
     detail::completion<Api> all_reduce_sum(std::span<T> values)
     {
-        s_->call("all_reduce_sum", [&] {
-            return s_->api.all_reduce_sum(values.data(), values.data(), values.size(), dtype_of<T>, s_->comm, s_->stream);
-        });
-        return {s_.get(), s_->who() + ": all_reduce_sum of " + std::to_string(values.size()) + " " + dtype_name(dtype_of<T>)};
+        return all_reduce(values, redop::sum, "all_reduce_sum");
+    }
+
+    //! In-place mean over every member (ncclAvg), on the GPU: data_parallel uses it to average,
+    //! since the host cannot scale device memory.
+    template <class T>
+        requires reducible<T>
+    detail::completion<Api> all_reduce_average(std::span<T> values)
+    {
+        return all_reduce(values, redop::average, "all_reduce_average");
     }
 
     //! Copies root's DEVICE bytes into every member's (same size everywhere).
@@ -271,7 +277,7 @@ public:
 
     detail::completion<Api> barrier()
     {
-        s_->call("barrier", [&] { return s_->api.all_reduce_sum(s_->scratch, s_->scratch, 1, dtype::i32, s_->comm, s_->stream); });
+        s_->call("barrier", [&] { return s_->api.all_reduce(s_->scratch, s_->scratch, 1, dtype::i32, redop::sum, s_->comm, s_->stream); });
         return {s_.get(), s_->who() + ": barrier"};
     }
 
@@ -329,6 +335,13 @@ public:
     bool aborted() const noexcept { return s_->flags.load(std::memory_order_acquire) & state::aborted; }
 
 private:
+    template <class T>
+    detail::completion<Api> all_reduce(std::span<T> values, redop op, const char* what)
+    {
+        s_->call(what, [&] { return s_->api.all_reduce(values.data(), values.data(), values.size(), dtype_of<T>, op, s_->comm, s_->stream); });
+        return {s_.get(), s_->who() + ": " + what + " of " + std::to_string(values.size()) + " " + dtype_name(dtype_of<T>)};
+    }
+
     void release() noexcept
     {
         if (!s_) return;
