@@ -1,23 +1,23 @@
 #pragma once
-// TPIPE_NCCL_TRY / TPIPE_NCCL_LOG / TPIPE_NCCL_ASSERT: the NCCL half of tpipe's error
-// vocabulary (cpp-style rule 5; the CUDA half is tpipe/cuda/error.hpp).
-//   TPIPE_NCCL_TRY(expr)     throws tpipe::nccl::nccl_error (file:line, call, error name and
-//                            NCCL's string) unless expr returns ncclSuccess;
-//   TPIPE_NCCL_LOG(expr)     returns the ncclResult_t, for noexcept paths (abort, destroy);
-//   TPIPE_NCCL_ASSERT(expr)  TPIPE_NCCL_TRY in debug builds, the bare call under NDEBUG.
+// The NCCL half of tpipe's error macros (cpp-style rule 5; the CUDA half is tpipe/cuda/error.hpp):
+//   TPIPE_NCCL_TRY(ncclGroupEnd());                    // throws tpipe::nccl::nccl_error
+//   if (TPIPE_NCCL_LOG(ncclCommAbort(c)) != ncclSuccess) // noexcept paths: logs to stderr, returns the result
+//   TPIPE_NCCL_ASSERT(ncclCommCount(c, &n));           // debug builds: aborts on failure; NDEBUG: evaluates only
+// The message names file:line, the call, NCCL's error string and the ncclResult_t.
 #include <nccl.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tpipe/nccl/nccl_error.hpp"
 
 namespace tpipe::nccl::detail {
 
-//! The message for result `rc` of `call` at file:line.
 inline std::string nccl_message(ncclResult_t rc, const char* call, const char* file, int line)
 {
-    return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + ncclGetErrorString(rc) +
-           " (ncclResult_t " + std::to_string(static_cast<int>(rc)) + ")";
+    return std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + ncclGetErrorString(rc) + " (ncclResult_t " +
+           std::to_string(static_cast<int>(rc)) + ")";
 }
 
 inline void nccl_try(ncclResult_t rc, const char* call, const char* file, int line)
@@ -25,12 +25,21 @@ inline void nccl_try(ncclResult_t rc, const char* call, const char* file, int li
     if (rc != ncclSuccess) throw nccl_error(nccl_message(rc, call, file, line), static_cast<int>(rc));
 }
 
+inline ncclResult_t nccl_log(ncclResult_t rc, const char* call, const char* file, int line) noexcept
+{
+    if (rc != ncclSuccess) std::fprintf(stderr, "tpipe: %s:%d: %s failed: %s\n", file, line, call, ncclGetErrorString(rc));
+    return rc;
+}
+
 } // namespace tpipe::nccl::detail
 
 #define TPIPE_NCCL_TRY(expr) ::tpipe::nccl::detail::nccl_try((expr), #expr, __FILE__, __LINE__)
-#define TPIPE_NCCL_LOG(expr) (expr)
+#define TPIPE_NCCL_LOG(expr) ::tpipe::nccl::detail::nccl_log((expr), #expr, __FILE__, __LINE__)
 #ifdef NDEBUG
 #define TPIPE_NCCL_ASSERT(expr) ((void)(expr))
 #else
-#define TPIPE_NCCL_ASSERT(expr) TPIPE_NCCL_TRY(expr)
+#define TPIPE_NCCL_ASSERT(expr)                                                                                        \
+    do {                                                                                                               \
+        if (::tpipe::nccl::detail::nccl_log((expr), #expr, __FILE__, __LINE__) != ncclSuccess) std::abort();         \
+    } while (0)
 #endif

@@ -6,7 +6,7 @@
 // throws a tpipe::error naming the file, the rank and how long it waited.
 //
 //   auto id = tpipe::nccl::exchange_through_file("/shared/job-42.ncclid", rank,
-//                                                [] { return tpipe::nccl::runtime_api{}.unique_id(); });
+//                                                tpipe::nccl::runtime_api::make_unique_id);
 //
 // The path must be fresh for each job (put the job's id in it): rank 0 refuses a file that
 // already exists, since the other ranks could have read a stale id from it. Remove the file

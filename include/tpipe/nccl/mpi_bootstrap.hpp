@@ -3,7 +3,7 @@
 // communicator (MPI_Bcast of its 128 bytes; collective). Needs tpipe::mpi (TPIPE_ENABLE_MPI).
 //
 //   tpipe::mpi::environment env(argc, argv);
-//   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, [] { return tpipe::nccl::runtime_api{}.unique_id(); });
+//   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, tpipe::nccl::runtime_api::make_unique_id);
 //   auto world = tpipe::nccl::communicator::init(size, id, rank);
 #include <mpi.h>
 
