@@ -14,7 +14,7 @@
 #include "fake_nccl.hpp"
 #include "tpipe/exec/world.hpp"
 #include "tpipe/nccl/basic_transport.hpp"
-#include "tpipe/nccl/device_payload.hpp"
+#include "tpipe/cuda/peer_payload.hpp"
 
 namespace tpipe::nccl::fake {
 
@@ -76,7 +76,7 @@ using transport = basic_transport<api, control, host_pool>;
 } // namespace tpipe::nccl::fake
 
 template <>
-struct tpipe::nccl::device_payload_traits<std::vector<double>> {
+struct tpipe::cuda::device_payload_traits<std::vector<double>> {
     struct header {
         std::uint64_t count;
     };

@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::nccl::basic_channel<T, Api, Pool>: a tpipe::channel between ranks of different
 // processes over NCCL (made by tpipe::nccl::basic_transport), for payloads whose body is in
-// device memory (tpipe/nccl/device_payload.hpp).
+// device memory (tpipe/cuda/peer_payload.hpp).
 //
 // Sending end: send(tag, v) keeps v and issues, on the direction's transfer stream, the copy of
 // its envelope (channel, tag, header, body size: detail/receive_lane.hpp) to device memory and
@@ -10,7 +10,7 @@
 // stream may read it. v is released once that group has completed (drain()).
 // Receiving end: post(tag) only notes the receive: NCCL receives are posted when a receiver
 // waits (arrival), in the sender's order, by the lane of its peer; the body goes into the object
-// that device_payload_traits<T>::make(header, pool) builds from the receiving side's pool.
+// that cuda::device_payload_traits<T>::make(header, pool) builds from the receiving side's pool.
 // arrival(tag) completes once the body is in place (its transfer completed on the stream).
 //
 // Waits are tpipe::pollers of the waiting loop; they also poll ncclCommGetAsyncError, and on an
@@ -38,7 +38,7 @@
 #include "tpipe/nccl/detail/polled.hpp"
 #include "tpipe/nccl/detail/receive_lane.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
-#include "tpipe/nccl/device_payload.hpp"
+#include "tpipe/cuda/peer_payload.hpp"
 
 namespace tpipe::nccl {
 
@@ -46,7 +46,7 @@ template <payload T, api Api, class Pool>
 class basic_channel final : private detail::lane_sink {
 public:
     using value_type = T;
-    using traits = device_payload_traits<T>;
+    using traits = cuda::device_payload_traits<T>;
 
     //! One direction of one boundary (key = 2 * boundary + (forward ? 0 : 1)) with process
     //! `peer`, tags [0, tags). Made by basic_transport::connect.
@@ -79,8 +79,8 @@ public:
     // ---- sending end ------------------------------------------------------------------------
     void send(int tag, T&& v)
     {
-        static_assert(device_payload<T, Pool>, "tpipe::nccl::channel: this stage payload type has no device form; specialise "
-                                               "tpipe::nccl::device_payload_traits<T> (tpipe/nccl/device_payload.hpp)");
+        static_assert(cuda::device_payload<T, Pool>, "tpipe::nccl::channel: this stage payload type has no device form; specialise "
+                                               "tpipe::cuda::device_payload_traits<T> (tpipe/cuda/peer_payload.hpp)");
         if (!sending_) throw error("nccl::channel: send on the receiving end of a channel");
         std::lock_guard<std::mutex> g(core_.m);
         core_.rethrow_failure();
@@ -277,7 +277,7 @@ private:
     // ---- lane_sink (under the transport's lock) ---------------------------------------------
     std::span<std::byte> announce(const detail::envelope& e) override
     {
-        if constexpr (device_payload<T, Pool>) {
+        if constexpr (cuda::device_payload<T, Pool>) {
             if (e.tag < 0 || e.tag >= tags_)
                 throw error("nccl::channel: a payload with tag " + std::to_string(e.tag) + " arrived from process " +
                             std::to_string(peer_) + ", outside [0, " + std::to_string(tags_) + ")");

@@ -110,8 +110,8 @@ public:
     template <class T>
     std::unique_ptr<channel_type<T>> connect(const endpoint& e)
     {
-        static_assert(device_payload<T, Pool>, "tpipe::nccl::transport: this stage payload type has no device form; specialise "
-                                               "tpipe::nccl::device_payload_traits<T> (tpipe/nccl/device_payload.hpp)");
+        static_assert(cuda::device_payload<T, Pool>, "tpipe::nccl::transport: this stage payload type has no device form; specialise "
+                                               "tpipe::cuda::device_payload_traits<T> (tpipe/cuda/peer_payload.hpp)");
         const tpipe::world& w = control_.layout();
         const int peer = w.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank);
         const int key = 2 * e.boundary + (e.forward ? 0 : 1);

@@ -1,6 +1,7 @@
 #pragma once
 // tpipe::nccl::runtime_api: the real tpipe::nccl::api (tpipe/nccl/api.hpp) over NCCL and the CUDA
-// runtime. Stateless. Completion markers are events of tpipe::cuda::default_event_pool(), and
+// runtime. Stateless. Completion markers are events of tpipe::cuda::default_event_pool()
+// (tpipe::cuda::peer_runtime's), and
 // after() is tpipe::cuda::after (tpipe/cuda/after.hpp), so NCCL work is awaited like any other
 // stream work, from the loop, never on a driver thread.
 //
@@ -15,18 +16,15 @@
 
 #include "tpipe/cuda/after.hpp"
 #include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/peer_runtime.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/error.hpp"
 
 namespace tpipe::nccl {
 
-struct runtime_api {
+//! Completion markers (record/query/release/describe_stream) are the peer copier's.
+struct runtime_api : cuda::peer_runtime {
     using comm_t = ncclComm_t;
-    using stream_t = cudaStream_t;
-    struct marker_t {
-        cudaEvent_t event = nullptr;
-        int gpu = 0;
-    };
 
     static ncclDataType_t nccl_type(dtype t) noexcept
     {
@@ -104,34 +102,6 @@ struct runtime_api {
         return s + " (ncclResult_t " + std::to_string(rc) + ")";
     }
 
-    marker_t record(stream_t s)
-    {
-        marker_t m;
-        TPIPE_CUDA_TRY(cudaStreamGetDevice(s, &m.gpu));
-        m.event = cuda::default_event_pool().acquire(m.gpu);
-        if (const cudaError_t e = cudaEventRecord(m.event, s); e != cudaSuccess) {
-            cuda::default_event_pool().release(m.gpu, m.event);
-            TPIPE_CUDA_TRY(e);
-        }
-        return m;
-    }
-    int query(marker_t m) noexcept
-    {
-        const cudaError_t e = cudaEventQuery(m.event);
-        if (e == cudaSuccess) return 0;
-        if (e == cudaErrorNotReady) return 1;
-        (void)cudaGetLastError();
-        return -static_cast<int>(e);
-    }
-    void release(marker_t m) noexcept
-    {
-        if (m.event) cuda::default_event_pool().release(m.gpu, m.event);
-    }
-    std::string describe_stream(int rc) const
-    {
-        const auto e = static_cast<cudaError_t>(-rc);
-        return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-    }
     template <class Check>
     auto after(stream_t s, const std::string& what, Check check)
     {

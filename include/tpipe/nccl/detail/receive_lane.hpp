@@ -31,7 +31,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/nccl/device_payload.hpp"
+#include "tpipe/cuda/peer_payload.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
 
 namespace tpipe::nccl::detail {
@@ -43,7 +43,7 @@ struct envelope {
     std::int32_t tag = 0;
     std::uint32_t header_bytes = 0;
     std::uint64_t body_bytes = 0;
-    std::byte header[max_device_header_bytes]{};
+    std::byte header[cuda::max_device_header_bytes]{};
 };
 inline constexpr std::size_t envelope_bytes = sizeof(envelope);
 static_assert(envelope_bytes == 64 && std::is_trivially_copyable_v<envelope>);

@@ -1,14 +1,15 @@
 #pragma once
-// tpipe::nccl::device_payload_traits<T>: how a stage payload whose body lives in GPU memory
-// crosses an NCCL or peer-copy boundary: the device-memory counterpart of
-// tpipe::payload_traits (tpipe/exec/payload_traits.hpp). A payload travels as
+// tpipe::cuda::device_payload_traits<T>: how a stage payload whose body lives in GPU memory
+// crosses a boundary by a device copy (tpipe/cuda/peer_channel.hpp) or NCCL
+// (tpipe/nccl/basic_channel.hpp): the device-memory counterpart of tpipe::payload_traits
+// (tpipe/exec/payload_traits.hpp). No CUDA include. A payload travels as
 //
 //   header  a small trivially copyable value describing the shape (at most
 //           max_device_header_bytes), sent first, so that the receiver can allocate;
 //   body    one contiguous range of device memory inside the object, sent and received in
 //           place (no staging copy).
 //
-//   template <> struct tpipe::nccl::device_payload_traits<my_act> {
+//   template <> struct tpipe::cuda::device_payload_traits<my_act> {
 //     struct header { std::int64_t rows, width; };
 //     static header header_of(const my_act& a);
 //     template <class Pool> static my_act make(const header& h, Pool& pool); // receiver: from its pool
@@ -27,12 +28,12 @@
 
 #include "tpipe/exec/stage.hpp"
 
-namespace tpipe::nccl {
+namespace tpipe::cuda {
 
 template <class T>
 struct device_payload_traits;
 
-//! Room for a payload header in the message that announces a body (tpipe/nccl/basic_channel.hpp).
+//! Room for a payload header (NCCL sends it in a fixed-size envelope: tpipe/nccl/detail/receive_lane.hpp).
 inline constexpr std::size_t max_device_header_bytes = 40;
 
 template <class T, class Pool>
@@ -47,4 +48,4 @@ concept device_payload =
         { device_payload_traits<T>::device_bytes(m) } -> std::same_as<std::span<std::byte>>;
     };
 
-} // namespace tpipe::nccl
+} // namespace tpipe::cuda
