@@ -130,7 +130,7 @@ TEST_CASE("the runner's connect_local seam: a transport without it keeps local c
     CHECK(!a.remote(false));
 
     tpipe::nccl::fake::host_pool pool;
-    peer_transport x(fake_copier{}, {0, 1}, {10, 11}, pool);
+    peer_transport x(fake_copier{}, {0, 1}, {10, 11}, {&pool, &pool});
     tpipe::detail::boundary<dvec, peer_transport> b;
     b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 1, 0, 1, 4);
     CHECK(b.remote(true));
@@ -153,7 +153,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         }
         tpipe::nccl::fake::host_pool pool;
         fake_copier copier;
-        peer_transport x(copier, {0, 0, 1}, {10, 11, 12}, pool);  // ranks 0 and 1 share GPU 0
+        peer_transport x(copier, {0, 0, 1}, {10, 11, 12}, {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
         auto pipe = make_pipe(P);
         tpipe::cpu_engine eng(P);
         tpipe::runner r(pipe, prog, eng, x);
@@ -175,7 +175,7 @@ TEST_CASE("peer channels: a failed copy is an error of the receiving rank, namin
     tpipe::nccl::fake::host_pool pool;
     fake_copier copier;
     copier.s->fail_at = 0;
-    peer_transport x(copier, {0, 1}, {10, 11}, pool);
+    peer_transport x(copier, {0, 1}, {10, 11}, {&pool, &pool});
     auto pipe = make_pipe(2);
     tpipe::cpu_engine eng(2);
     std::mutex m;

@@ -63,9 +63,10 @@ static_assert(peer_copier<peer_runtime>);
 template <class Pool>
 using peer_transport = basic_peer_transport<peer_runtime, Pool>;
 
-//! Rank r on engine device device_of_rank[r]: its GPU and its transfer stream come from `eng`.
+//! Rank r on engine device device_of_rank[r]: its GPU and its transfer stream come from `eng`;
+//! its payloads from *pool_of_rank[r].
 template <class Pool>
-peer_transport<Pool> make_peer_transport(const engine& eng, const std::vector<int>& device_of_rank, Pool& pool)
+peer_transport<Pool> make_peer_transport(const engine& eng, const std::vector<int>& device_of_rank, std::vector<Pool*> pool_of_rank)
 {
     std::vector<int> gpus;
     std::vector<cudaStream_t> streams;
@@ -73,7 +74,7 @@ peer_transport<Pool> make_peer_transport(const engine& eng, const std::vector<in
         gpus.push_back(eng.gpu_of(d));
         streams.push_back(eng.transfer_stream(d));
     }
-    return peer_transport<Pool>(peer_runtime{}, std::move(gpus), std::move(streams), pool);
+    return peer_transport<Pool>(peer_runtime{}, std::move(gpus), std::move(streams), std::move(pool_of_rank));
 }
 
 } // namespace tpipe::cuda
