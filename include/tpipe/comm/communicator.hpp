@@ -2,8 +2,9 @@
 // The communicator concept: a group of members (ranks) that exchange bytes point-to-point and
 // run collectives (sum all-reduce, broadcast, barrier), split into sub-groups. Data parallelism
 // all-reduces each stage's gradients across its replicas through it. Models:
-// tpipe::thread_communicator (members are threads of one process, tpipe/comm/thread_communicator.hpp)
-// and tpipe::mpi::communicator (members are MPI processes, tpipe/mpi/communicator.hpp).
+// tpipe::thread_communicator (members are threads of one process, tpipe/comm/thread_communicator.hpp),
+// tpipe::mpi::communicator (members are MPI processes, tpipe/mpi/communicator.hpp) and
+// tpipe::nccl::communicator (members are GPUs, spans are device memory, tpipe/nccl/communicator.hpp).
 //
 // Semantics (every model)
 // - Every operation but split() returns an awaitable meant to be awaited from a coroutine that
@@ -13,9 +14,12 @@
 // - Collectives (all_reduce_sum, broadcast, barrier) are called by every member, in the same
 //   order on every member, with the same sizes (and the same root); a model refuses mismatched
 //   sizes with tpipe::error where it can see them.
-// - A result is bitwise identical on every member, and all_reduce_sum is the left fold in rank
-//   order ((x0 + x1) + x2) + ... computed in T: the replicas of a data-parallel group must stay
-//   bitwise identical, and the same program on threads and on processes gives the same bits.
+// - A result is bitwise identical on every member: the replicas of a data-parallel group must
+//   stay bitwise identical. The order of all_reduce_sum's additions is the model's:
+//   thread_communicator and mpi::communicator compute the left fold in rank order
+//   ((x0 + x1) + x2) + ... in T, so the same program on threads and on processes gives the same
+//   bits; nccl::communicator uses NCCL's ring/tree order, the same on every member but not the
+//   rank-order fold (equal to it for two members, since a + b == b + a, and for integers).
 // - send(peer, tag, bytes) / recv(peer, tag, bytes): messages from one source with one tag are
 //   received in the order they were sent; recv's span has exactly the size of the message (a
 //   different size is a tpipe::error). Tags are >= 0. send's awaitable completes when the

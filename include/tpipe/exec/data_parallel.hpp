@@ -13,8 +13,10 @@
 // the iteration has finished, overlapped with the backward of the stages behind it, in buckets
 // of at most options::bucket_bytes (each a collective of its own, issued in the same order on
 // every replica). Stages without gradients() (tpipe/exec/gradients.hpp) and stages without a
-// communicator are skipped. The sum is the communicator's rank-order fold, so replicas stay
-// bitwise identical; options::average then scales by 1 / replicas (on every replica alike).
+// communicator are skipped. The sum is bitwise identical on every replica (the rank-order fold
+// on threads and MPI, NCCL's order on GPUs: tpipe/comm/communicator.hpp); options::average then
+// scales by 1 / replicas on every replica alike, on the host, or, with a communicator that has
+// all_reduce_average (NCCL: the gradients are device memory the host cannot touch), by it.
 //
 // Failure: when the iteration fails on a replica, the hook cancels its communicators. Members
 // in other processes learn of it through the transport (the runner stops with tpipe::peer_error
@@ -103,6 +105,12 @@ private:
         const T scale = T(1) / static_cast<T>(c.size());
         for (std::size_t at = 0; at < s.size(); at += bucket) {
             std::span<T> part = s.subspan(at, std::min(bucket, s.size() - at));
+            if constexpr (requires { c.all_reduce_average(part); }) {
+                if (opts_.average) {
+                    co_await c.all_reduce_average(part);
+                    continue;
+                }
+            }
             co_await c.all_reduce_sum(part);
             if (opts_.average)
                 for (T& x : part) x *= scale;

@@ -1,10 +1,14 @@
 #pragma once
 // The transport concept: where each stage boundary gets its channels from, and which pipeline
 // ranks this process runs (SPMD: every process builds the same program and the same pipeline,
-// and runs only its own ranks). The runner connects a boundary with a local_channel when both
-// of its ranks run here, asks the transport for a channel when one of them runs elsewhere, and
-// needs no channel when neither does. Models: tpipe::local_transport (every rank here) and
-// tpipe::mpi::transport (ranks spread over MPI processes).
+// and runs only its own ranks). The runner asks the transport for a channel (connect) when one
+// of a boundary's ranks runs elsewhere, and needs no channel when neither does. When both run
+// here it uses a local_channel (the payload moves), unless the transport has
+//   template <class T> std::unique_ptr<channel_type<T>> connect_local(const endpoint&);
+// (optional; endpoint::sending is true, the channel has both ends): then it uses that channel,
+// e.g. tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
+// tpipe::local_transport (every rank here), tpipe::mpi::transport (ranks spread over MPI
+// processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport (GPUs of one process).
 //
 // Besides channels, a transport carries what processes must agree on:
 // - agree(fingerprint): a collective at runner construction; every process passes a text

@@ -1,8 +1,10 @@
 #pragma once
 // detail::boundary<T, X>: everything at the output of one stage (T = its output type): the
 // payloads waiting to be sent or consumed on this process, and the two channels to the next
-// stage (activations forward, gradients backward), each local, from transport X, or none.
+// stage (activations forward, gradients backward), each local, from transport X (connect, or
+// connect_local for a boundary inside this process when X has it), or none.
 // detail::boundary_base is the type-independent face the rank coroutine awaits through.
+#include <concepts>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -106,6 +108,13 @@ public:
     virtual bool remote(bool forward) const noexcept = 0;
 };
 
+//! Whether transport X chooses the channel of a boundary whose two ranks run in this process
+//! (connect_local, see tpipe/exec/transport.hpp); otherwise it is a local_channel.
+template <class X, class T>
+concept connects_local = requires(X& x, const endpoint& e) {
+    { x.template connect_local<T>(e) } -> std::same_as<std::unique_ptr<typename X::template channel_type<T>>>;
+};
+
 template <payload T, transport X>
 class boundary final : public boundary_base {
 public:
@@ -125,8 +134,13 @@ public:
         case boundary_ends::none:
         case boundary_ends::same_rank: break;
         case boundary_ends::both_here:
-            fwd.connect_local();
-            bwd.connect_local();
+            if constexpr (connects_local<X, T>) {  // the transport picks the channel (e.g. GPU peer copies)
+                fwd.connect_remote(x.template connect_local<T>(endpoint{index, true, from, to, true, units, boundaries}));
+                bwd.connect_remote(x.template connect_local<T>(endpoint{index, false, to, from, true, units, boundaries}));
+            } else {
+                fwd.connect_local();
+                bwd.connect_local();
+            }
             break;
         case boundary_ends::sender_here:
         case boundary_ends::receiver_here: {

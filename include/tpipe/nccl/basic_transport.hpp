@@ -1,0 +1,160 @@
+#pragma once
+// tpipe::nccl::basic_transport<Api, Control, Pool>: a tpipe::transport whose boundaries between
+// processes move device payloads over NCCL (tpipe/nccl/basic_channel.hpp). tpipe::nccl::transport
+// (tpipe/nccl/mpi_transport.hpp) is it over the real NCCL with tpipe::mpi::transport as the control.
+//
+//   tpipe::mpi::environment env(argc, argv);
+//   auto w = tpipe::world::one_rank_per_process(P);              // one GPU per process
+//   tpipe::mpi::transport control(w, 0);                         // placement, agree/fail/failure
+//   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, make_id);
+//   tpipe::nccl::transport x(control, pool, id);                 // collective: NCCL init
+//   tpipe::runner r(pipe, prog, engine, x);
+//
+// The control plane is composed, not copied: which ranks run here, where(), agree(), fail() and
+// failure() are Control's (MPI's), since NCCL has no way to send a failure notice that does not
+// block. failure() also reports an asynchronous NCCL error of the transport's communicators.
+//
+// Ordering (see detail/receive_lane.hpp and detail/transport_core.hpp): messages towards higher
+// processes on one communicator, towards lower ones on another, each with a transfer stream of
+// its own; a receive is posted only while a receiver waits, envelope then body, in the sender's
+// order. Meant for one pipeline rank per process (one GPU each, as NCCL needs): ranks of one
+// process share the communicators, and a receive one of them waits in holds back the sends of the
+// others on the same communicator. Boundaries inside a process are not NCCL's (the runner gives
+// them a local channel, or the transport's connect_local when it has one).
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/exec/transport.hpp"
+#include "tpipe/exec/world.hpp"
+#include "tpipe/nccl/api.hpp"
+#include "tpipe/nccl/basic_channel.hpp"
+#include "tpipe/nccl/detail/transport_core.hpp"
+#include "tpipe/nccl/nccl_error.hpp"
+
+namespace tpipe::nccl {
+
+//! What basic_transport needs from its control plane (tpipe::mpi::transport is one).
+template <class C>
+concept transport_control = requires(C& c, const C& cc, int rank, const std::string& text) {
+    { cc.runs(rank) } -> std::convertible_to<bool>;
+    { cc.where(rank) } -> std::convertible_to<std::string>;
+    { cc.process() } -> std::convertible_to<int>;
+    { cc.replica() } -> std::convertible_to<int>;
+    { cc.layout() } -> std::convertible_to<const tpipe::world&>;
+    c.agree(text);
+    c.fail(text);
+    { c.failure() } -> std::same_as<std::optional<std::string>>;
+};
+
+template <api Api, transport_control Control, class Pool>
+class basic_transport {
+public:
+    template <class T>
+    using channel_type = basic_channel<T, Api, Pool>;
+    using comm_t = typename Api::comm_t;
+
+    //! Takes ownership of `world`, an NCCL communicator whose rank i is process i of `control`'s
+    //! layout, and makes its second one (ncclCommSplit: collective over every process, like
+    //! this constructor) and a transfer stream for each. Receivers' payloads come from `pool`.
+    basic_transport(Api api, comm_t world, Control& control, Pool& pool) : control_(control), pool_(pool)
+    {
+        core_.api = std::move(api);
+        core_.up.comm = world;
+        core_.me = control.process();
+        core_.processes = control.layout().processes();
+        Api& a = core_.api;
+        const int rank = a.rank_of(world), size = a.size_of(world);
+        if (rank != core_.me || size != core_.processes) {
+            a.destroy(world);
+            throw invalid_argument("nccl::transport: the NCCL communicator has this process as rank " + std::to_string(rank) + " of " +
+                                   std::to_string(size) + ", but the layout makes it process " + std::to_string(core_.me) + " of " +
+                                   std::to_string(core_.processes) + "; initialise it with rank = process index and size = processes");
+        }
+        if (const int rc = a.split(world, 0, rank, core_.down.comm); rc != 0) {
+            a.destroy(world);
+            throw nccl_error("nccl::transport: ncclCommSplit (the second communicator) failed: " + std::string(a.describe(rc, world)), rc);
+        }
+        core_.up.stream = a.stream_create();
+        core_.down.stream = a.stream_create();
+    }
+    //! Initialises the NCCL communicator itself (ncclCommInitRank with `id`, on the current GPU).
+    basic_transport(Api api, const unique_id& id, Control& control, Pool& pool)
+        : basic_transport(api, init(api, id, control), control, pool)
+    {
+    }
+    basic_transport(const basic_transport&) = delete;
+    basic_transport& operator=(const basic_transport&) = delete;
+    ~basic_transport()
+    {
+        std::lock_guard<std::mutex> g(core_.m);
+        bool busy = core_.poisoned;
+        for (auto& [key, lane] : core_.lanes) busy |= lane->busy();
+        if (busy) core_.abort();  // an NCCL receive left posted never completes
+        if (!core_.aborted) {
+            core_.api.destroy(core_.down.comm);
+            core_.api.destroy(core_.up.comm);
+        }
+        core_.lanes.clear();
+        core_.api.stream_destroy(core_.up.stream);
+        core_.api.stream_destroy(core_.down.stream);
+    }
+
+    bool runs(int rank) const { return control_.runs(rank); }
+    std::string where(int rank) const { return control_.where(rank); }
+    const tpipe::world& layout() const { return control_.layout(); }
+
+    template <class T>
+    std::unique_ptr<channel_type<T>> connect(const endpoint& e)
+    {
+        static_assert(cuda::device_payload<T, Pool>, "tpipe::nccl::transport: this stage payload type has no device form; specialise "
+                                               "tpipe::cuda::device_payload_traits<T> (tpipe/cuda/peer_payload.hpp)");
+        const tpipe::world& w = control_.layout();
+        const int peer = w.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank);
+        const int key = 2 * e.boundary + (e.forward ? 0 : 1);
+        return std::make_unique<channel_type<T>>(core_, pool_, peer, key, e.sending, e.tags);
+    }
+
+    void agree(const std::string& text) { control_.agree(text); }
+    void fail(const std::string& message) { control_.fail(message); }
+
+    //! A failure notice from another process, or an asynchronous NCCL error here.
+    std::optional<std::string> failure()
+    {
+        if (auto f = control_.failure()) return f;
+        std::unique_lock<std::mutex> g(core_.m, std::try_to_lock);
+        if (!g.owns_lock()) return std::nullopt;
+        core_.check_health();
+        if (!core_.failure) return std::nullopt;
+        try {
+            std::rethrow_exception(core_.failure);
+        } catch (const std::exception& ex) {
+            return std::string(ex.what());
+        }
+    }
+
+    //! Launches issued on the transport's communicators (for tests): the up and down comms.
+    comm_t up_comm() const noexcept { return core_.up.comm; }
+    comm_t down_comm() const noexcept { return core_.down.comm; }
+
+private:
+    static comm_t init(Api& api, const unique_id& id, Control& control)
+    {
+        comm_t c{};
+        const int n = control.layout().processes(), me = control.process();
+        if (const int rc = api.init_rank(c, n, id, me); rc != 0)
+            throw nccl_error("nccl::transport: ncclCommInitRank (process " + std::to_string(me) + " of " + std::to_string(n) +
+                                 ") failed: " + std::string(api.describe(rc, c)),
+                             rc);
+        return c;
+    }
+
+    Control& control_;
+    Pool& pool_;
+    detail::transport_core<Api> core_;
+};
+
+} // namespace tpipe::nccl

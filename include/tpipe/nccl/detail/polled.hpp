@@ -1,0 +1,95 @@
+#pragma once
+// detail::polled_completion: an awaitable that completes once the work recorded on a stream
+// (an api marker) has completed, polled from the current tpipe::loop alongside a health check.
+// The fake api's after() is this; the real api's after() is tpipe::cuda::after, which does the
+// same with the CUDA engine's pooled events. detail::suspend_on_loop registers a poller of the
+// current loop (or, on a thread that drives no loop, spins there).
+#include <coroutine>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/exec/loop.hpp"
+
+namespace tpipe::nccl::detail {
+
+//! Registers `self` with the current loop (its poll() posts `node`), or, with no loop, runs
+//! `done()` on this thread until true and continues without suspending.
+template <class Done>
+bool suspend_on_loop(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Done&& done)
+{
+    loop* l = loop::current();
+    if (!l) {
+        while (!done()) std::this_thread::yield();
+        return false;
+    }
+    node.handle = h;
+    home = l;
+    l->add_poller(self);
+    return true;
+}
+
+template <class Api, class Check>
+class [[nodiscard]] polled_completion final : private poller {
+public:
+    polled_completion(Api& a, typename Api::stream_t s, std::string what, Check check)
+        : api_(&a), marker_(a.record(s)), what_(std::move(what)), check_(std::move(check))
+    {
+    }
+    polled_completion(polled_completion&& o) noexcept
+        : poller(), api_(o.api_), marker_(std::exchange(o.marker_, typename Api::marker_t{})), what_(std::move(o.what_)),
+          check_(std::move(o.check_)), error_(std::move(o.error_)), settled_(o.settled_)
+    {
+        o.api_ = nullptr;
+    }
+    polled_completion(const polled_completion&) = delete;
+    ~polled_completion()
+    {
+        if (api_) api_->release(marker_);
+    }
+
+    bool await_ready() { return settle(); }
+    bool await_suspend(std::coroutine_handle<> h)
+    {
+        return suspend_on_loop(this, node_, home_, h, [this] { return settle(); });
+    }
+    void await_resume()
+    {
+        if (error_) throw tpipe::error(what_ + ": " + *error_);
+    }
+
+private:
+    //! True once the marker completed or failed, or the check reported an error.
+    bool settle() noexcept
+    {
+        if (settled_) return true;
+        try {
+            const int rc = api_->query(marker_);
+            if (rc == 0) return settled_ = true;
+            if (rc != 1) error_ = api_->describe_stream(rc);
+            else error_ = check_();
+        } catch (...) {
+            error_ = "the health check threw";
+        }
+        return settled_ = error_.has_value();
+    }
+    bool poll() noexcept override
+    {
+        if (!settle()) return false;
+        home_->post(&node_);
+        return true;
+    }
+
+    Api* api_;
+    typename Api::marker_t marker_;
+    std::string what_;
+    Check check_;
+    std::optional<std::string> error_;
+    bool settled_ = false;
+    wake_node node_{};
+    loop* home_ = nullptr;
+};
+
+} // namespace tpipe::nccl::detail

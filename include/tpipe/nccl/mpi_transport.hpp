@@ -1,0 +1,21 @@
+#pragma once
+// tpipe::nccl::transport<Pool>: tpipe::transport over NCCL between processes, with
+// tpipe::mpi::transport as its control plane (basic_transport's semantics:
+// tpipe/nccl/basic_transport.hpp). Needs tpipe::mpi (TPIPE_ENABLE_MPI) as well as tpipe::nccl.
+//
+//   tpipe::mpi::environment env(argc, argv);
+//   const auto w = tpipe::world::one_rank_per_process(P);
+//   cudaSetDevice(local_gpu);
+//   tpipe::mpi::transport control(w, 0);
+//   const auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, tpipe::nccl::runtime_api::make_unique_id);
+//   tpipe::nccl::transport<my_pool> x({}, id, control, pool);   // collective
+#include "tpipe/mpi/transport.hpp"
+#include "tpipe/nccl/basic_transport.hpp"
+#include "tpipe/nccl/runtime_api.hpp"
+
+namespace tpipe::nccl {
+
+template <class Pool>
+using transport = basic_transport<runtime_api, mpi::transport, Pool>;
+
+} // namespace tpipe::nccl

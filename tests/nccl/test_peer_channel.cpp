@@ -1,0 +1,187 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "fake_transport.hpp"
+#include "tpipe/cuda/peer_transport.hpp"
+#include "tpipe/exec/detail/boundary.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+using dvec = std::vector<double>;
+
+namespace {
+
+//! A peer copier whose copies land only when their marker is found complete, on the second query
+//! (a receiver that read before completion would see zeros).
+struct fake_copier {
+    using stream_t = int;
+    using marker_t = int;
+    struct copy {
+        void* dst;
+        const void* src;
+        std::size_t n;
+        int queries = 0;
+        bool done = false;
+    };
+    struct state {
+        std::mutex m;
+        std::vector<copy> copies;
+        int fail_at = -1;  //!< this copy's marker reports a stream error
+        int issued = 0;
+    };
+    std::shared_ptr<state> s = std::make_shared<state>();
+    int last = -1;
+
+    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t)
+    {
+        std::lock_guard<std::mutex> g(s->m);
+        s->copies.push_back({dst, src, n});
+        ++s->issued;
+        return 0;
+    }
+    marker_t record(stream_t)
+    {
+        std::lock_guard<std::mutex> g(s->m);
+        return static_cast<int>(s->copies.size()) - 1;
+    }
+    int query(marker_t m)
+    {
+        std::lock_guard<std::mutex> g(s->m);
+        if (m < 0) return 0;  // no copy recorded (empty payload)
+        copy& c = s->copies[static_cast<std::size_t>(m)];
+        if (m == s->fail_at) return 700;
+        if (!c.done && ++c.queries >= 2) {
+            std::memcpy(c.dst, c.src, c.n);
+            c.done = true;
+        }
+        return c.done ? 0 : 1;
+    }
+    void release(marker_t) noexcept {}
+    std::string describe_stream(int rc) const { return "fake stream error " + std::to_string(rc); }
+};
+
+using peer_transport = tpipe::cuda::basic_peer_transport<fake_copier, tpipe::nccl::fake::host_pool>;
+
+struct affine {
+    using input = dvec;
+    using output = dvec;
+    double a = 1, b = 0;
+    std::map<int, dvec> saved;
+    dvec forward(const tpipe::unit& u, dvec x)
+    {
+        dvec y(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
+        saved[u.microbatch] = std::move(x);
+        return y;
+    }
+    dvec backward(const tpipe::unit&, dvec g)
+    {
+        for (double& v : g) v *= a;
+        return g;
+    }
+};
+
+tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out, std::map<int, dvec>& dx, std::mutex& m)
+{
+    tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
+    io.source = [](const tpipe::unit& u) { return dvec(static_cast<std::size_t>(u.microbatch % 3), double(u.microbatch + 1)); };
+    io.loss = [&](const tpipe::unit& u, dvec&& y) {
+        std::lock_guard<std::mutex> g(m);
+        out[u.microbatch] = y;
+        return std::move(y);
+    };
+    io.input_grad = [&](const tpipe::unit& u, dvec&& d) {
+        std::lock_guard<std::mutex> g(m);
+        dx[u.microbatch] = std::move(d);
+    };
+    return io;
+}
+
+tpipe::uniform_pipeline<affine> make_pipe(int n)
+{
+    std::vector<affine> s(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) s[i].a = i + 2, s[i].b = -i;
+    return tpipe::uniform_pipeline<affine>(std::move(s));
+}
+
+} // namespace
+
+static_assert(tpipe::transport<peer_transport>);
+static_assert(tpipe::detail::connects_local<peer_transport, dvec>);
+static_assert(!tpipe::detail::connects_local<tpipe::local_transport, dvec>);  // the existing transports keep local channels
+
+TEST_CASE("the runner's connect_local seam: a transport without it keeps local channels, one with it gets its own",
+          "[nccl][peer][seam]")
+{
+    tpipe::local_transport local;
+    tpipe::detail::boundary<dvec, tpipe::local_transport> a;
+    a.connect(local, tpipe::detail::boundary_ends::both_here, 0, 1, 0, 1, 4);
+    CHECK(!a.remote(true));
+    CHECK(!a.remote(false));
+
+    tpipe::nccl::fake::host_pool pool;
+    peer_transport x(fake_copier{}, {0, 1}, {10, 11}, {&pool, &pool});
+    tpipe::detail::boundary<dvec, peer_transport> b;
+    b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 1, 0, 1, 4);
+    CHECK(b.remote(true));
+    CHECK(b.remote(false));
+}
+
+TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local run; same-GPU boundaries move, others copy",
+          "[nccl][peer]")
+{
+    const int P = 3, M = 5;
+    for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+        CAPTURE(name);
+        const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
+        std::mutex m;
+        std::map<int, dvec> ref_out, ref_dx, out, dx;
+        {
+            auto pipe = make_pipe(P);
+            tpipe::cpu_engine eng(P);
+            tpipe::run(pipe, prog, eng, io_into(ref_out, ref_dx, m));
+        }
+        tpipe::nccl::fake::host_pool pool;
+        fake_copier copier;
+        peer_transport x(copier, {0, 0, 1}, {10, 11, 12}, {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
+        auto pipe = make_pipe(P);
+        tpipe::cpu_engine eng(P);
+        tpipe::runner r(pipe, prog, eng, x);
+        r.run(io_into(out, dx, m));
+        r.run(io_into(out, dx, m));
+        CHECK(out == ref_out);
+        CHECK(dx == ref_dx);
+        // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
+        int nonempty = 0;
+        for (int u = 0; u < M; ++u) nonempty += u % 3 != 0;
+        CHECK(copier.s->issued == 2 * 2 * nonempty);
+        CHECK(pool.made == 2 * 2 * M);
+    }
+}
+
+TEST_CASE("peer channels: a failed copy is an error of the receiving rank, naming both GPUs", "[nccl][peer]")
+{
+    const auto prog = tpipe::make_schedule("gpipe").program(tpipe::topology{2}, tpipe::microbatches(2));
+    tpipe::nccl::fake::host_pool pool;
+    fake_copier copier;
+    copier.s->fail_at = 0;
+    peer_transport x(copier, {0, 1}, {10, 11}, {&pool, &pool});
+    auto pipe = make_pipe(2);
+    tpipe::cpu_engine eng(2);
+    std::mutex m;
+    std::map<int, dvec> out, dx;
+    auto io = io_into(out, dx, m);
+    io.source = [](const tpipe::unit&) { return dvec(2, 1.0); };
+    tpipe::runner r(pipe, prog, eng, x);
+    CHECK_THROWS_WITH(r.run(io), Catch::Contains("the copy of tag 0 from GPU 0 to GPU 1 failed: fake stream error 700"));
+}

@@ -1,0 +1,232 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "fake_transport.hpp"
+#include "members.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/exec/task.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+using tpipe::nccl::fake::on_threads;
+using dvec = std::vector<double>;
+
+namespace {
+
+//! Two processes with one boundary's channels each way set up by hand: process 0 sends
+//! `keys` channels to process 1.
+struct pair_of_processes {
+    tpipe::nccl::fake::world w;
+    tpipe::nccl::fake::notice_board board{2};
+    tpipe::nccl::fake::host_pool pool;
+    std::vector<tpipe::nccl::fake::comm_obj*> comms = w.init_all(2);
+    tpipe::world layout = tpipe::world::one_rank_per_process(2);
+};
+
+bool no_errors(const std::vector<std::string>& e)
+{
+    bool ok = true;
+    for (const auto& s : e)
+        if (!s.empty()) {
+            UNSCOPED_INFO(s);
+            ok = false;
+        }
+    return ok;
+}
+
+} // namespace
+
+TEST_CASE("nccl channels: many tags of different sizes on two channels of one pair arrive whatever order each side uses",
+          "[nccl][transport][order]")
+{
+    const int tags = 12;
+    // Boundary 0 forward and boundary 1 forward both go from process 0 to process 1 (as in an
+    // interleaved schedule). The sender interleaves them one way, the receiver waits in another.
+    for (bool sends_first : {true, false}) {
+        CAPTURE(sends_first);
+        pair_of_processes p;
+        std::vector<std::vector<dvec>> got(2, std::vector<dvec>(tags));
+        auto payload = [](int channel, int tag) {
+            dvec v(static_cast<std::size_t>((tag * 7 + channel) % 5));  // 0..4 elements: some bodies are empty
+            for (std::size_t i = 0; i < v.size(); ++i) v[i] = channel * 1000 + tag * 10 + double(i);
+            return v;
+        };
+        std::atomic<bool> receiver_waiting{false};
+        auto errors = on_threads(2, [&](int me) {
+            tpipe::nccl::fake::control ctl(p.layout, me, p.board);
+            tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&p.w}, p.comms[me], ctl, p.pool);
+            std::vector<std::unique_ptr<tpipe::nccl::fake::transport::channel_type<dvec>>> ch;
+            for (int b = 0; b < 2; ++b)
+                ch.push_back(x.connect<dvec>(tpipe::endpoint{b, true, 0, 1, me == 0, tags, 2}));
+            tpipe::sync_wait([&]() -> tpipe::task<void> {
+                if (me == 0) {
+                    if (!sends_first)
+                        while (!receiver_waiting) std::this_thread::yield();
+                    for (int t = 0; t < tags; ++t)  // channel 1 ahead of channel 0 by two tags
+                        for (int c : {1, 0}) {
+                            const int tag = c == 1 ? t : t - 2;
+                            if (tag >= 0) ch[c]->send(tag, payload(c, tag));
+                        }
+                    for (int tag = tags - 2; tag < tags; ++tag) ch[0]->send(tag, payload(0, tag));
+                    for (auto& c : ch) co_await c->drain();
+                } else {
+                    for (auto& c : ch)
+                        for (int t = 0; t < tags; ++t) c->post(t);
+                    receiver_waiting = true;
+                    for (int t = tags - 1; t >= 0; --t)  // backwards, channel 0 first
+                        for (int c : {0, 1}) {
+                            co_await ch[c]->arrival(t);
+                            got[c][t] = ch[c]->take(t);
+                        }
+                }
+            }());
+        });
+        REQUIRE(no_errors(errors));
+        for (int c = 0; c < 2; ++c)
+            for (int t = 0; t < tags; ++t) CHECK(got[c][t] == payload(c, t));
+        CHECK(p.pool.made == 2 * tags);
+    }
+}
+
+TEST_CASE("nccl channels: a payload for a channel the receiver does not have is refused, naming it", "[nccl][transport]")
+{
+    pair_of_processes p;
+    p.w.stall_timeout = std::chrono::milliseconds(200);
+    auto errors = on_threads(2, [&](int me) {
+        tpipe::nccl::fake::control ctl(p.layout, me, p.board);
+        tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&p.w}, p.comms[me], ctl, p.pool);
+        // The sender thinks it feeds boundary 1, the receiver waits on boundary 0.
+        auto ch = x.connect<dvec>(tpipe::endpoint{me == 0 ? 1 : 0, true, 0, 1, me == 0, 1, 2});
+        tpipe::sync_wait([&]() -> tpipe::task<void> {
+            if (me == 0) {
+                ch->send(0, dvec(3));
+                co_await ch->drain();
+            } else {
+                co_await ch->arrival(0);
+            }
+        }());
+    });
+    CHECK_THAT(errors[1], Catch::Contains("a payload for boundary 1 (activations), tag 0, arrived, but this process has no such receiving channel"));
+    CHECK_THAT(errors[0], Catch::Contains("deadlock"));  // its body is never received
+}
+
+namespace {
+
+//! y = a*x + b with weight gradients; integer-valued doubles (exact in any order).
+struct affine {
+    using input = dvec;
+    using output = dvec;
+    double a = 1, b = 0;
+    std::vector<double> grad = {0, 0};
+    std::map<int, dvec> saved;
+
+    dvec forward(const tpipe::unit& u, dvec x)
+    {
+        dvec y(x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
+        saved[u.microbatch] = std::move(x);
+        return y;
+    }
+    dvec backward(const tpipe::unit& u, dvec g)
+    {
+        const dvec& x = saved.at(u.microbatch);
+        dvec dx(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i) {
+            dx[i] = a * g[i];
+            grad[0] += x[i] * g[i];
+            grad[1] += g[i];
+        }
+        return dx;
+    }
+};
+
+std::vector<affine> make_stages(int n)
+{
+    std::vector<affine> s(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) s[i].a = i % 2 + 1, s[i].b = i;
+    return s;
+}
+
+struct recorded {
+    std::map<int, dvec> outputs, input_grads;
+};
+
+tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_into(recorded& r, std::mutex& m)
+{
+    tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
+    // Sizes differ per microbatch, and microbatch 0's payloads are empty.
+    io.source = [](const tpipe::unit& u) {
+        dvec x(static_cast<std::size_t>(u.microbatch % 4));
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(u.microbatch * 3 + int(i));
+        return x;
+    };
+    io.loss = [&](const tpipe::unit& u, dvec&& y) {
+        std::lock_guard<std::mutex> g(m);
+        r.outputs[u.microbatch] = y;
+        for (double& v : y) v = std::fmod(v, 5.0) + 1;
+        return std::move(y);
+    };
+    io.input_grad = [&](const tpipe::unit& u, dvec&& dx) {
+        std::lock_guard<std::mutex> g(m);
+        r.input_grads[u.microbatch] = std::move(dx);
+    };
+    return io;
+}
+
+} // namespace
+
+TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the one-process run, for every schedule",
+          "[nccl][transport]")
+{
+    const int M = 6;
+    for (int P : {2, 3}) {
+        for (const char* name : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+            CAPTURE(P, name);
+            const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
+            const int stages = prog.stages();
+            std::mutex m;
+            recorded ref_io;
+            auto ref = make_stages(stages);
+            {
+                tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
+                tpipe::cpu_engine eng(P);
+                tpipe::run(pipe, prog, eng, io_into(ref_io, m));
+            }
+            tpipe::nccl::fake::world w;
+            tpipe::nccl::fake::notice_board board(P);
+            tpipe::nccl::fake::host_pool pool;
+            auto comms = w.init_all(P);
+            const auto layout = tpipe::world::one_rank_per_process(P);
+            auto stages_of = std::vector<std::vector<affine>>(static_cast<std::size_t>(P), make_stages(stages));
+            recorded got;
+            auto errors = on_threads(P, [&](int me) {
+                tpipe::nccl::fake::control ctl(layout, me, board);
+                tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&w}, comms[me], ctl, pool);
+                tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+                    std::vector<std::reference_wrapper<affine>>(stages_of[me].begin(), stages_of[me].end()));
+                tpipe::cpu_engine eng(P);
+                tpipe::runner r(pipe, prog, eng, x, [] {
+                    tpipe::run_options o;
+                    o.watchdog = std::chrono::seconds(20);
+                    return o;
+                }());
+                r.run(io_into(got, m));
+                r.run(io_into(got, m));  // a second iteration over the same channels
+            });
+            REQUIRE(no_errors(errors));
+            CHECK(got.outputs == ref_io.outputs);
+            CHECK(got.input_grads == ref_io.input_grads);
+            for (int s = 0; s < stages; ++s) {
+                const int owner = prog.stage_rank[s];
+                CHECK(stages_of[owner][s].grad == std::vector<double>{2 * ref[s].grad[0], 2 * ref[s].grad[1]});
+            }
+        }
+    }
+}

@@ -1,0 +1,65 @@
+#pragma once
+// The control plane of a tpipe::nccl::basic_transport whose "processes" are threads of one test
+// (CPU tests with the fake NCCL, GPU tests with one thread per GPU): what tpipe::mpi::transport
+// provides over MPI, over a shared notice board.
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tpipe/exec/world.hpp"
+
+namespace tpipe::nccl::fake {
+
+//! Failure notices between the threads that play processes.
+struct notice_board {
+    std::mutex m;
+    std::vector<std::deque<std::string>> inbox;
+    std::vector<std::string> agreed;
+    explicit notice_board(int processes) : inbox(static_cast<std::size_t>(processes)), agreed(static_cast<std::size_t>(processes)) {}
+};
+
+//! The control plane of process `me` (what tpipe::mpi::transport provides over MPI).
+class control {
+public:
+    control(tpipe::world w, int me, notice_board& b, int replica = 0) : w_(std::move(w)), me_(me), replica_(replica), b_(&b) {}
+    bool runs(int rank) const { return w_.process_of(replica_, rank) == me_; }
+    std::string where(int rank) const
+    {
+        const int p = w_.process_of(replica_, rank);
+        return p == me_ ? std::string() : "on process " + std::to_string(p);
+    }
+    int process() const noexcept { return me_; }
+    int replica() const noexcept { return replica_; }
+    const tpipe::world& layout() const noexcept { return w_; }
+    void agree(const std::string& text)
+    {
+        std::lock_guard<std::mutex> g(b_->m);
+        b_->agreed[static_cast<std::size_t>(me_)] = text;
+    }
+    void fail(const std::string& message)
+    {
+        std::lock_guard<std::mutex> g(b_->m);
+        for (std::size_t p = 0; p < b_->inbox.size(); ++p)
+            if (static_cast<int>(p) != me_) b_->inbox[p].push_back("process " + std::to_string(me_) + ": " + message);
+    }
+    std::optional<std::string> failure()
+    {
+        std::lock_guard<std::mutex> g(b_->m);
+        auto& q = b_->inbox[static_cast<std::size_t>(me_)];
+        if (q.empty()) return std::nullopt;
+        std::string s = "the iteration failed on " + q.front();
+        q.pop_front();
+        return s;
+    }
+
+private:
+    tpipe::world w_;
+    int me_, replica_;
+    notice_board* b_;
+};
+
+} // namespace tpipe::nccl::fake
