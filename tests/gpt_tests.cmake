@@ -8,6 +8,8 @@ if(TPIPE_BUILD_EXAMPLES)
   target_compile_definitions(tpipe_tests_gpt PRIVATE TPIPE_GPT_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}/gpt")
   add_test(NAME gpt COMMAND tpipe_tests_gpt)
   set_tests_properties(gpt PROPERTIES TIMEOUT 600)
+  # The CUDA GPT's kernel bodies and shape checks on the host, against the CPU GPT (every build).
+  tpipe_test_suite(gpt_cuda tpipe_gpt tpipe_gpt_cuda_kernels)
 
   # train_gpt end to end: a TeraPipe-planned 2-stage run checked against the non-pipelined one,
   # and the refusals (bad flag, missing data file) exit non-zero with a message.
