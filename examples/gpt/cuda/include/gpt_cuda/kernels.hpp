@@ -160,21 +160,25 @@ struct softmax_cross_entropy {
     }
 };
 
-//! out += the sum of squares of chunk i of x (accumulated in double), `chunk` values per row.
-struct sum_of_squares {
+//! out += the sum (of squares, with Square) of chunk i of x, accumulated in double, `chunk`
+//! values per row: one atomic add per chunk.
+template <class T, bool Square>
+struct chunk_sum {
     std::int64_t count, chunk;
-    const float* x;
+    const T* x;
     double* out;
     TPIPE_HD_TEMPLATE template <class Row>
     TPIPE_HOST_DEVICE void operator()(Row& row, std::int64_t i) const
     {
         const std::int64_t lo = i * chunk, n = count - lo < chunk ? count - lo : chunk;
-        const float* xi = x + lo;
-        const double s = row.sum(n, [&](std::int64_t c) { return double(xi[c]) * double(xi[c]); });
+        const T* xi = x + lo;
+        const double s = row.sum(n, [&](std::int64_t c) { return Square ? double(xi[c]) * double(xi[c]) : double(xi[c]); });
         double* o = out;
         row.once([&] { accumulate(o, s); });
     }
 };
+using sum_of_squares = chunk_sum<float, true>;
+using sum_doubles = chunk_sum<double, false>;
 
 // ---- element bodies (one element, or one column, per call) -----------------------------------
 
@@ -541,17 +545,30 @@ void kv_cache_copy(Ex& ex, std::int64_t t0, bool to_cache, tensor<float> qkv, te
     ex.elements(n * d, body::kv_cache_copy{n / rows, t0, L, d, to_cache, qkv.data, k.data, v.data});
 }
 
-//! out (one double) += sum of squares of x [count], in double.
-template <class Ex>
-void sum_of_squares(Ex& ex, tensor<const float> x, tensor<double> out)
+namespace detail {
+template <bool Square, class Ex, class T>
+void chunk_sum(const char* k, Ex& ex, tensor<const T> x, tensor<double> out)
 {
-    constexpr const char* k = "sum_of_squares";
     if (x.shape.rank != 1) detail::refuse_tensor(k, "x", "has shape " + x.shape.str() + ", the kernel needs a vector");
     expect_shape(k, "x", x, x.shape, ex.where);
     expect_shape(k, "out", out, {1}, ex.where);
     constexpr std::int64_t chunk = 8192;
     const std::int64_t n = x.count();
-    ex.rows((n + chunk - 1) / chunk, chunk, body::sum_of_squares{n, chunk, x.data, out.data});
+    ex.rows((n + chunk - 1) / chunk, chunk, body::chunk_sum<T, Square>{n, chunk, x.data, out.data});
+}
+} // namespace detail
+
+//! out (one double) += the sum of squares of x [count], in double.
+template <class Ex>
+void sum_of_squares(Ex& ex, tensor<const float> x, tensor<double> out)
+{
+    detail::chunk_sum<true>("sum_of_squares", ex, x, out);
+}
+//! out (one double) += the sum of x [count] (the units' per-row losses).
+template <class Ex>
+void sum_doubles(Ex& ex, tensor<const double> x, tensor<double> out)
+{
+    detail::chunk_sum<false>("sum_doubles", ex, x, out);
 }
 
 //! One AdamW update of value, m, v [count] from grad (clipped by the norm sqrt(*sum_sq)).

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include <tpipe/core/error.hpp>
 
@@ -64,7 +65,13 @@ struct tensor {
     std::int64_t capacity = -1;  //!< elements the buffer holds from `data` on; -1: not known
     gpt::cuda::memory where = memory::unknown;
 
-    operator tensor<const T>() const { return {data, shape, capacity, where}; }
+    //! A read-only view of the same elements.
+    template <class U = T>
+        requires(!std::is_const_v<U>)
+    operator tensor<const U>() const
+    {
+        return {data, shape, capacity, where};
+    }
     std::int64_t count() const { return shape.count(); }
 };
 
