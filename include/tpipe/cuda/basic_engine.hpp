@@ -92,6 +92,7 @@ public:
                 throw invalid_argument("cuda::engine: device " + std::to_string(dev) + " is placed on GPU " + std::to_string(g) +
                                        " but this machine has GPUs [0, " + std::to_string(gpus) + ")");
         }
+        waiting_ = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(n));
         devices_.reserve(static_cast<std::size_t>(n));
         try {
             for (int dev = 0; dev < n; ++dev) add_device(dev);
@@ -141,6 +142,18 @@ public:
     void reset_cancel() noexcept { cancelled_.store(false, std::memory_order_release); }
     bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
 
+    //! What the computes of `device` wait for, empty if none waits for the GPU (any thread; the
+    //! watchdog of tpipe::run puts it in its report).
+    std::string waiting_for(int device) const
+    {
+        const device_state& s = at(device, "waiting_for");
+        const int n = waiting_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed);
+        if (n == 0) return {};
+        return "waits for the GPU: the work its stage function enqueued on the compute stream of " + s.name +
+               " has not completed (" + std::to_string(n) + " compute" + (n > 1 ? "s" : "") + " waiting, " +
+               (opts_.completion == completion_mode::event_poll ? "event polled" : "host function pending") + ")";
+    }
+
     template <class F>
     class compute_awaiter {
     public:
@@ -178,9 +191,21 @@ public:
                 return true;
             }
         }
-        bool await_suspend(std::coroutine_handle<> h) { return host_ ? host_->await_suspend(h) : poll_->await_suspend(h); }
+        bool await_suspend(std::coroutine_handle<> h)
+        {
+            std::atomic<int>& waiting = e_->waiting_[static_cast<std::size_t>(dev_->ctx.device)];
+            waiting.fetch_add(1, std::memory_order_relaxed);
+            suspended_ = true;
+            try {
+                return host_ ? host_->await_suspend(h) : poll_->await_suspend(h);
+            } catch (...) {
+                unmark();
+                throw;
+            }
+        }
         result_type await_resume()
         {
+            unmark();
             if (error_) std::rethrow_exception(error_);
             if (host_) host_->await_resume();
             if (poll_) poll_->await_resume();
@@ -188,6 +213,12 @@ public:
         }
 
     private:
+        void unmark() noexcept
+        {
+            if (std::exchange(suspended_, false))
+                e_->waiting_[static_cast<std::size_t>(dev_->ctx.device)].fetch_sub(1, std::memory_order_relaxed);
+        }
+
         using stored = std::conditional_t<std::is_void_v<result_type>, char, result_type>;
         basic_engine* e_;
         const typename basic_engine::device_state* dev_;
@@ -196,6 +227,7 @@ public:
         std::optional<basic_after<D>> poll_{};
         std::optional<basic_host_func_wait<D>> host_{};
         std::exception_ptr error_{};
+        bool suspended_ = false;
     };
 
     //! Runs fn on device `device`'s stream when awaited (on the device's loop) and resumes once the
@@ -211,7 +243,8 @@ private:
         compute_context<D> ctx;
         stream_type transfer{};
         bool owns_compute = false;
-        std::string what;  //!< "device d (GPU g) compute": names the work in errors
+        std::string name;  //!< "device d (GPU g)"
+        std::string what;  //!< name + " compute": names the work in errors
     };
 
     void check_device(int device, const char* call) const
@@ -231,7 +264,8 @@ private:
         device_state s;
         s.ctx.device = dev;
         s.ctx.gpu = opts_.gpu_of_device[static_cast<std::size_t>(dev)];
-        s.what = "device " + std::to_string(dev) + " (GPU " + std::to_string(s.ctx.gpu) + ") compute";
+        s.name = "device " + std::to_string(dev) + " (GPU " + std::to_string(s.ctx.gpu) + ")";
+        s.what = s.name + " compute";
         detail::device_scope<D> on(d_, s.ctx.gpu);
         const stream_type user = opts_.compute_streams.empty() ? stream_type{} : opts_.compute_streams[static_cast<std::size_t>(dev)];
         if (user != stream_type{}) {
@@ -265,6 +299,7 @@ private:
     basic_memory_pool<D> memory_;
     host_func_waits host_waits_;
     std::vector<device_state> devices_;
+    std::unique_ptr<std::atomic<int>[]> waiting_;  //!< per device: computes suspended on the GPU
     std::vector<std::unique_ptr<loop_thread>> loops_;
     std::atomic<bool> cancelled_{false};
 };

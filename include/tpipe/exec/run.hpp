@@ -26,7 +26,9 @@
 // unit, and tells the transport, which stops the other processes with a tpipe::peer_error. The
 // watchdog turns "no rank started a new action for `watchdog`" into a tpipe::watchdog_error
 // listing what every rank waits for. Cancellation is cooperative: waits are interrupted, a
-// stage function that never returns is not.
+// stage function that never returns is not. An engine with cancel() / reset_cancel() (the CUDA
+// engine) has its computes' waits interrupted too, and one with waiting_for(device) says in the
+// watchdog's report what such a compute waits for.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -167,7 +169,8 @@ public:
                 set_error(std::make_exception_ptr(
                               watchdog_error(detail::stuck_report(prog_, progress_.get(), device_,
                                                                   std::chrono::duration<double>(opts_.watchdog).count(),
-                                                                  [&](int r) { return x_->where(r); }))),
+                                                                  [&](int r) { return x_->where(r); },
+                                                                  [&](int r) { return engine_waits(r); }))),
                           true);
                 return true;
             });
@@ -358,6 +361,7 @@ private:
         if (iterations_++ > 0)
             for (auto& b : boundaries_) b->reset(U_, left_payloads_);
         cancel_.store(false, std::memory_order_relaxed);
+        if constexpr (requires { eng_.reset_cancel(); }) eng_.reset_cancel();
         error_ = nullptr;
         error_is_local_ = false;
         if (opts_.after_backward.reset) opts_.after_backward.reset();
@@ -527,9 +531,21 @@ private:
     }
 
     // ---- failure, completion ------------------------------------------------------------------
+    //! What the compute rank r runs waits for, if its engine can tell (a GPU stream); else empty.
+    std::string engine_waits(int r)
+    {
+        if constexpr (requires { { eng_.waiting_for(0) } -> std::convertible_to<std::string>; })
+            return eng_.waiting_for(device_[r]);
+        else
+            return {};
+    }
+
+    //! Cancels everything of the iteration, also the computes an engine waits for (a GPU's work
+    //! that never completes must not hold the iteration: the engine's cancel() resumes them).
     void cancel_all() noexcept
     {
         cancel_.store(true, std::memory_order_seq_cst);
+        if constexpr (requires { eng_.cancel(); }) eng_.cancel();
         for (auto& b : boundaries_) b->cancel();
         if (opts_.after_backward.cancel) opts_.after_backward.cancel();
     }

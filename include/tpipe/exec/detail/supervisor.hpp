@@ -46,9 +46,11 @@ inline std::string what_of(const std::exception_ptr& e)
 }
 
 //! What every rank of this process waits for. `where(r)` names the process of a rank that runs
-//! elsewhere (empty for a rank of this process).
+//! elsewhere (empty for a rank of this process); `running(r)`, if given, what the compute that
+//! rank r is running waits for (the engine knows: e.g. a GPU stream), empty if nothing.
 inline std::string stuck_report(const program& prog, const rank_progress* progress, const std::vector<int>& device,
-                                double seconds, const std::function<std::string(int)>& where)
+                                double seconds, const std::function<std::string(int)>& where,
+                                const std::function<std::string(int)>& running = {})
 {
     std::string m = "watchdog: no rank started a new action for " + std::to_string(seconds) + " s;";
     for (int r = 0; r < prog.ranks; ++r) {
@@ -85,7 +87,8 @@ inline std::string stuck_report(const program& prog, const rank_progress* progre
             for (std::size_t k = peer_at == 0 ? 0 : peer_at - 1; k < row.size(); ++k) ahead |= row[k] == partner;
             m += ahead ? " (not reached yet);" : " (which never sends it);";
         } else {
-            m += "is running " + here + " (the stage function has not returned);";
+            const std::string waits = running ? running(r) : std::string();
+            m += "is running " + here + (waits.empty() ? " (the stage function has not returned);" : ": " + waits + ";");
         }
     }
     m.pop_back();
