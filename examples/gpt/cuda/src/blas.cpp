@@ -1,0 +1,79 @@
+#include "gpt_cuda/blas.hpp"
+
+#include <limits>
+#include <string>
+
+#include <tpipe/core/error.hpp>
+#include <tpipe/cuda/cuda_error.hpp>
+
+namespace gpt::cuda {
+namespace {
+
+void cublas_try(cublasStatus_t s, const char* call)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        throw tpipe::cuda::cuda_error(std::string("gpt::cuda: ") + call + " failed: " + cublasGetStatusName(s) + ": " +
+                                          cublasGetStatusString(s),
+                                      static_cast<int>(s), call);
+}
+
+int narrow(std::int64_t v, const char* what)
+{
+    if (v < 0 || v > std::numeric_limits<int>::max())
+        throw tpipe::invalid_argument(std::string("gpt::cuda::gemm: ") + what + " = " + std::to_string(v) +
+                                      " does not fit cuBLAS's int");
+    return static_cast<int>(v);
+}
+
+//! A row-major view as a column-major operand of C^T = B^T A^T: its transposition and ld.
+struct operand {
+    cublasOperation_t op;
+    int ld;
+};
+operand as_operand(const mat<float>& x, const char* name)
+{
+    if (x.cs == 1) return {CUBLAS_OP_N, narrow(x.rs, name)};
+    if (x.rs == 1) return {CUBLAS_OP_T, narrow(x.cs, name)};
+    throw tpipe::invalid_argument(std::string("gpt::cuda::gemm: operand ") + name + " has strides (" +
+                                  std::to_string(x.rs) + ", " + std::to_string(x.cs) + "); one of them must be 1");
+}
+
+} // namespace
+
+blas::blas() { cublas_try(cublasCreate(&handle_), "cublasCreate"); }
+blas::~blas() { cublasDestroy(handle_); }
+
+void blas::bind(cudaStream_t stream) { cublas_try(cublasSetStream(handle_, stream), "cublasSetStream"); }
+
+void blas::gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a, mat<float> b, float* c, std::int64_t ldc,
+                bool accumulate)
+{
+    gemm_batched(1, m, n, k, a, 0, b, 0, c, ldc, 0, accumulate);
+}
+
+void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a,
+                        std::int64_t stride_a, mat<float> b, std::int64_t stride_b, float* c, std::int64_t ldc,
+                        std::int64_t stride_c, bool accumulate)
+{
+    if (m == 0 || n == 0 || batch == 0) return;
+    const operand A = as_operand(a, "A"), B = as_operand(b, "B");
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (batch == 1) {
+        cublas_try(cublasSgemm(handle_, B.op, A.op, narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &one, b.data, B.ld,
+                               a.data, A.ld, &beta, c, narrow(ldc, "ldc")),
+                   "cublasSgemm");
+        return;
+    }
+    cublas_try(cublasSgemmStridedBatched(handle_, B.op, A.op, narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &one,
+                                         b.data, B.ld, stride_b, a.data, A.ld, stride_a, &beta, c, narrow(ldc, "ldc"),
+                                         stride_c, narrow(batch, "batch")),
+               "cublasSgemmStridedBatched");
+}
+
+void blas::add(std::int64_t count, const float* x, float* y)
+{
+    const float one = 1.0f;
+    cublas_try(cublasSaxpy(handle_, narrow(count, "count"), &one, x, 1, y, 1), "cublasSaxpy");
+}
+
+} // namespace gpt::cuda
