@@ -14,50 +14,19 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
-#include "../gpt/common.hpp"
+#include "common.hpp"
 #include "gpt_cuda/pipeline.hpp"
 
 namespace {
 
+using namespace gpt_cuda_test;
 constexpr double tol = 1e-4;  // float32 on the GPU (other summation orders) against float32 on the CPU
-
-gpt::config test_config(bool tied)
-{
-    gpt::config c;
-    c.vocab = 40;
-    c.d_model = 32;
-    c.heads = 4;
-    c.layers = 2;
-    c.seq_len = 24;
-    c.tied = tied;
-    return c;
-}
 
 struct stream_guard {
     cudaStream_t s{};
     stream_guard() { TPIPE_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
     ~stream_guard() { cudaStreamDestroy(s); }
 };
-
-//! Every tensor's gradient within `tol` relative. The attention's key bias has a true gradient of
-//! exactly zero (softmax ignores a shift shared by every key): its computed value is rounding
-//! noise on both sides, so only its query and value thirds are compared.
-void check_gradients(const gpt::parameters<float>& got, const gpt::parameters<float>& want)
-{
-    const std::int64_t d = want.cfg.d_model;
-    for (const auto& t : want.lay.tensors) {
-        INFO(t.name);
-        const float* g = got.grad.data() + t.offset;
-        const float* w = want.grad.data() + t.offset;
-        if (t.name.find("b_qkv") != std::string::npos) {
-            CHECK(gpt_test::rel_err(g, w, d) <= tol);
-            CHECK(gpt_test::rel_err(g + 2 * d, w + 2 * d, d) <= tol);
-            for (std::int64_t i = d; i < 2 * d; ++i) CHECK(std::isfinite(g[i]));
-            continue;
-        }
-        CHECK(gpt_test::rel_err(g, w, t.size()) <= tol);
-    }
-}
 
 } // namespace
 
@@ -73,13 +42,13 @@ TEST_CASE("the CUDA GPT's loss and every gradient equal the CPU GPT's, whole bat
 
         stream_guard s;
         auto pool = tpipe::cuda::make_memory_pool();
-        gpt::cuda::parameters dev(cpu, pool, 0, s.s);
+        gpt::cuda::parameters dev(cpu, {&pool, 0}, s.s);
         const double loss = gpt::cuda::full_step(dev, b, s.s);
         gpt::parameters<float> got(cfg);
         dev.download(got, s.s);
         CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
         CHECK(got.value == cpu.value);  // a step leaves the weights alone
-        check_gradients(got, cpu);
+        check_gradients(got, cpu, tol);
     }
 }
 
@@ -95,13 +64,14 @@ TEST_CASE("token-sliced and rows x tokens units through two CUDA parts equal the
         INFO(units.units() << " units");
         stream_guard s0, s1;  // one stream per part
         auto pool = tpipe::cuda::make_memory_pool();
-        gpt::cuda::parameters dev(cpu, pool, 0, s0.s);
+        gpt::cuda::parameters dev(cpu, {&pool, 0}, s0.s);
         gpt::cuda::part p0(dev, 0, 1, true, false, s0.s), p1(dev, 1, 2, false, true, s1.s);
-        const double loss = gpt::cuda::run_in_order({&p0, &p1}, units, b);
+        const std::vector<gpt::cuda::part*> parts{&p0, &p1};
+        const double loss = gpt::cuda::run_in_order(parts, units, b);
         gpt::parameters<float> got(cfg);
         dev.download(got, s0.s);
         CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
-        check_gradients(got, cpu);
+        check_gradients(got, cpu, tol);
     }
 }
 
@@ -113,7 +83,7 @@ TEST_CASE("units out of causal order are refused on the GPU as on the CPU", "[cu
     const auto b = gpt_test::random_batch(cfg, 2, cfg.seq_len, 3);
     stream_guard s;
     auto pool = tpipe::cuda::make_memory_pool();
-    gpt::cuda::parameters dev(cpu, pool, 0, s.s);
+    gpt::cuda::parameters dev(cpu, {&pool, 0}, s.s);
     gpt::cuda::part p(dev, 0, cfg.layers, true, true, s.s);
     p.begin(&b);
     CHECK_THROWS_AS(p.forward({0, 1, 0, 2, 8, 16}, {}), tpipe::invalid_argument);  // tokens [8,16) before [0,8)
@@ -125,29 +95,6 @@ TEST_CASE("units out of causal order are refused on the GPU as on the CPU", "[cu
     CHECK_THROWS_AS(p.begin(&bad), tpipe::invalid_argument);
 }
 
-namespace {
-struct reference {
-    std::vector<double> losses;
-    std::vector<float> weights;
-};
-constexpr int train_rows = 4, train_steps = 3;
-
-reference cpu_training(const gpt::config& cfg)
-{
-    reference r;
-    gpt::parameters<float> p(cfg);
-    p.init(3);
-    gpt::adamw<float> opt(p, {.lr = 1e-3});
-    for (int s = 0; s < train_steps; ++s) {
-        const auto b = gpt_test::random_batch(cfg, train_rows, cfg.seq_len, 100 + static_cast<std::uint64_t>(s));
-        r.losses.push_back(gpt::full_step(p, b));
-        opt.step(p);
-    }
-    r.weights = p.value;
-    return r;
-}
-} // namespace
-
 TEST_CASE("AdamW steps on the GPU track the CPU model's losses and weights", "[cuda][gpt_cuda]")
 {
     const auto cfg = test_config(true);
@@ -156,10 +103,10 @@ TEST_CASE("AdamW steps on the GPU track the CPU model's losses and weights", "[c
     host.init(3);
     stream_guard s;
     auto pool = tpipe::cuda::make_memory_pool();
-    gpt::cuda::parameters dev(host, pool, 0, s.s);
+    gpt::cuda::parameters dev(host, {&pool, 0}, s.s);
     gpt::cuda::adamw opt(dev, {.lr = 1e-3}, s.s);
     for (int i = 0; i < train_steps; ++i) {
-        const auto b = gpt_test::random_batch(cfg, train_rows, cfg.seq_len, 100 + static_cast<std::uint64_t>(i));
+        const auto b = train_batch(cfg, i);
         const double loss = gpt::cuda::full_step(dev, b, s.s);
         CHECK(std::abs(loss - ref.losses[static_cast<std::size_t>(i)]) <= tol * ref.losses[static_cast<std::size_t>(i)]);
         opt.step(s.s);
@@ -193,12 +140,12 @@ TEST_CASE("pipelined on cuda::engine (stages on one GPU, one stream each) equals
         host.init(3);
         tpipe::cuda::engine eng({.gpu_of_device = std::vector<int>(static_cast<std::size_t>(c.ranks), 0)});
         stream_guard control;
-        gpt::cuda::parameters dev(host, eng.memory(), 0, control.s);
+        gpt::cuda::parameters dev(host, {&eng.memory(), 0}, control.s);
         gpt::cuda::pipelined_model model(dev, c.ranks, control.s);
         gpt::cuda::adamw opt(dev, {.lr = 1e-3}, control.s);
         std::size_t allocations_steady = 0;
         for (int i = 0; i < train_steps; ++i) {
-            const auto b = gpt_test::random_batch(cfg, train_rows, cfg.seq_len, 100 + static_cast<std::uint64_t>(i));
+            const auto b = train_batch(cfg, i);
             const double loss = model.step(b, prog, eng);
             CHECK(std::abs(loss - ref.losses[static_cast<std::size_t>(i)]) <= tol * ref.losses[static_cast<std::size_t>(i)]);
             opt.step(control.s);

@@ -1,6 +1,7 @@
 #include "gpt_cuda/blas.hpp"
 
-#include <limits>
+#include "gpt_cuda/gemm_operands.hpp"
+
 #include <string>
 
 #include <tpipe/core/error.hpp>
@@ -17,26 +18,7 @@ void cublas_try(cublasStatus_t s, const char* call)
                                       static_cast<int>(s), call);
 }
 
-int narrow(std::int64_t v, const char* what)
-{
-    if (v < 0 || v > std::numeric_limits<int>::max())
-        throw tpipe::invalid_argument(std::string("gpt::cuda::gemm: ") + what + " = " + std::to_string(v) +
-                                      " does not fit cuBLAS's int");
-    return static_cast<int>(v);
-}
-
-//! A row-major view as a column-major operand of C^T = B^T A^T: its transposition and ld.
-struct operand {
-    cublasOperation_t op;
-    int ld;
-};
-operand as_operand(const mat<float>& x, const char* name)
-{
-    if (x.cs == 1) return {CUBLAS_OP_N, narrow(x.rs, name)};
-    if (x.rs == 1) return {CUBLAS_OP_T, narrow(x.cs, name)};
-    throw tpipe::invalid_argument(std::string("gpt::cuda::gemm: operand ") + name + " has strides (" +
-                                  std::to_string(x.rs) + ", " + std::to_string(x.cs) + "); one of them must be 1");
-}
+cublasOperation_t op(const column_major_operand& o) { return o.transposed ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 } // namespace
 
@@ -56,24 +38,24 @@ void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std:
                         std::int64_t stride_c, bool accumulate)
 {
     if (m == 0 || n == 0 || batch == 0) return;
-    const operand A = as_operand(a, "A"), B = as_operand(b, "B");
+    const column_major_operand A = as_operand(a, "A"), B = as_operand(b, "B");
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     if (batch == 1) {
-        cublas_try(cublasSgemm(handle_, B.op, A.op, narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &one, b.data, B.ld,
-                               a.data, A.ld, &beta, c, narrow(ldc, "ldc")),
+        cublas_try(cublasSgemm(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one, b.data, B.ld,
+                               a.data, A.ld, &beta, c, blas_int(ldc, "ldc")),
                    "cublasSgemm");
         return;
     }
-    cublas_try(cublasSgemmStridedBatched(handle_, B.op, A.op, narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &one,
-                                         b.data, B.ld, stride_b, a.data, A.ld, stride_a, &beta, c, narrow(ldc, "ldc"),
-                                         stride_c, narrow(batch, "batch")),
+    cublas_try(cublasSgemmStridedBatched(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one,
+                                         b.data, B.ld, stride_b, a.data, A.ld, stride_a, &beta, c, blas_int(ldc, "ldc"),
+                                         stride_c, blas_int(batch, "batch")),
                "cublasSgemmStridedBatched");
 }
 
 void blas::add(std::int64_t count, const float* x, float* y)
 {
     const float one = 1.0f;
-    cublas_try(cublasSaxpy(handle_, narrow(count, "count"), &one, x, 1, y, 1), "cublasSaxpy");
+    cublas_try(cublasSaxpy(handle_, blas_int(count, "count"), &one, x, 1, y, 1), "cublasSaxpy");
 }
 
 } // namespace gpt::cuda
