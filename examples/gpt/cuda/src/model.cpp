@@ -1,5 +1,6 @@
 #include "gpt_cuda/model.hpp"
 
+#include <tpipe/cuda/current.hpp>
 #include <tpipe/cuda/error.hpp>
 
 namespace gpt::cuda {
@@ -9,6 +10,8 @@ device_backend::device_backend(place p, cudaStream_t stream) : place_(p)
     if (!p.pool) throw tpipe::invalid_argument("gpt::cuda::device_backend: no memory pool given");
     set_stream(stream);
 }
+
+cudaStream_t device_backend::current_stream() { return tpipe::cuda::current_stream(); }
 
 void device_backend::set_stream(cudaStream_t stream)
 {

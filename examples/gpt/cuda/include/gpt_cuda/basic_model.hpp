@@ -13,7 +13,8 @@
 // Backends: the device (gpt_cuda/model.hpp: pool buffers, CUDA kernels, cuBLAS, streams) and the
 // host (gpt_cuda/host_backend.hpp: the same code on the CPU, for the tests). A backend provides
 //   buffer (movable; bytes(), data(), data_as<T>(), explicit bool), stream_type, place,
-//   B(place, stream), set_stream, stream, alloc(bytes), zero, copy, upload,
+//   B(place, stream), static current_stream() (the engine's stream for the calling stage),
+//   set_stream, stream, alloc(bytes), zero, copy, upload,
 //   download (waits), sync (waits for the stream), received(buffer&) (a buffer from another
 //   stream), ex() (a kernel executor), gemms() (gemm, gemm_batched, add), `where`.
 // No CUDA header here.

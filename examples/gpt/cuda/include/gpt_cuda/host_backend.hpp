@@ -82,6 +82,7 @@ public:
     };
 
     host_backend(place, stream_type) {}
+    static stream_type current_stream() { return 0; }
     void set_stream(stream_type) {}
     stream_type stream() const { return 0; }
 

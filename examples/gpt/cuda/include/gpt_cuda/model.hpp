@@ -30,6 +30,8 @@ public:
     static constexpr memory where = memory::device;
 
     device_backend(place p, cudaStream_t stream);
+    //! The compute stream the engine gives the stage running on this thread.
+    static cudaStream_t current_stream();
     void set_stream(cudaStream_t stream);
     cudaStream_t stream() const { return ex_.stream; }
 
