@@ -538,23 +538,20 @@ double full_step(basic_parameters<B>& params, const gpt::batch& b, typename B::s
     return p.loss();
 }
 
-//! Every unit of `units` forward through the parts (microbatch-major, slices ascending), then
-//! backward in the reverse order, each part on its own stream, handing over after its stream
-//! finished (what the engine's completion does in a pipeline). Zeroes the gradients first; the
-//! mean loss.
-template <class B>
-double run_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::scheme& units, const gpt::batch& b)
+//! Enqueues one iteration's work on the parts (begun already): every unit of `units` forward
+//! through the parts (microbatch-major, slices ascending), then backward in the reverse order,
+//! then the tied head's flush. hand_over(part) runs after each call: a part on its own stream
+//! waits for it there (what the engine's completion event does in a pipeline); parts sharing one
+//! stream need nothing (that is how the sequential run is captured into a CUDA graph).
+template <class B, class HandOver>
+void enqueue_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::scheme& units, HandOver hand_over)
 {
-    if (parts.empty()) throw tpipe::invalid_argument("gpt::cuda::run_in_order: no parts");
-    parts.front()->params().zero_grad(parts.front()->stream());
-    parts.front()->sync();
-    for (auto* p : parts) p->begin(&b);
     for (int i = 0; i < units.units(); ++i) {
         const auto u = units.at(i);
         typename basic_part<B>::activation x;
         for (auto* p : parts) {
             x = p->forward(u, std::move(x));
-            p->sync();
+            hand_over(*p);
         }
     }
     for (int i = units.units() - 1; i >= 0; --i) {
@@ -562,13 +559,25 @@ double run_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::schem
         typename basic_part<B>::activation g;
         for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
             g = (*it)->backward(u, std::move(g));
-            (*it)->sync();
+            hand_over(**it);
         }
     }
     for (auto* p : parts) {
         p->flush_grad();
-        p->sync();
+        hand_over(*p);
     }
+}
+
+//! One iteration through the parts without a pipeline runtime, each part on its own stream:
+//! zeroes the gradients, begins every part, enqueue_in_order handing over by waiting; the mean loss.
+template <class B>
+double run_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::scheme& units, const gpt::batch& b)
+{
+    if (parts.empty()) throw tpipe::invalid_argument("gpt::cuda::run_in_order: no parts");
+    parts.front()->params().zero_grad(parts.front()->stream());
+    parts.front()->sync();
+    for (auto* p : parts) p->begin(&b);
+    enqueue_in_order(parts, units, [](basic_part<B>& p) { p.sync(); });
     return parts.back()->loss();
 }
 
