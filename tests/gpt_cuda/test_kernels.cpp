@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpt/kernels.hpp"
+#include "gpt_cuda/host_backend.hpp"
 #include "gpt_cuda/serial.hpp"
 #include "../gpt/common.hpp"
 
@@ -313,4 +314,32 @@ TEST_CASE("AdamW with the clip factor taken from the squared norm equals the CPU
         CHECK(rel_err(m, m_cpu) < tol);
         CHECK(rel_err(v, v_cpu) < tol);
     }
+}
+
+TEST_CASE("row-major products as cuBLAS's column-major operands (the host backend's reference GEMM) equal the "
+          "triple loop for every transposition; a short leading dimension is refused",
+          "[gpt_cuda][kernels]")
+{
+    gpt::cuda::host_backend::blas blas;
+    const std::int64_t m = 5, n = 7, k = 3;
+    const auto a = random_values(m * k, 71), b = random_values(k * n, 72);
+    for (bool ta : {false, true})
+        for (bool tb : {false, true})
+            for (bool acc : {false, true}) {
+                CAPTURE(ta, tb, acc);
+                // A [m x k] stored row-major or as the transpose of a row-major [k x m]; B alike.
+                const gpt::mat<float> A = ta ? gpt::mat<float>{a.data(), 1, m} : gpt::mat<float>{a.data(), k, 1};
+                const gpt::mat<float> B = tb ? gpt::mat<float>{b.data(), 1, k} : gpt::mat<float>{b.data(), n, 1};
+                auto c = random_values(m * (n + 2), 73), c_ref = c;  // ldc = n + 2: padded rows
+                blas.gemm(m, n, k, A, B, c.data(), n + 2, acc);
+                gpt::gemm_naive<float>(m, n, k, A, B, c_ref.data(), n + 2, acc);
+                CHECK(rel_err(c, c_ref) < tol);
+            }
+    std::vector<float> c(m * n);
+    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), 2, 1}, {b.data(), n, 1}, c.data(), n, false),
+                      Catch::Matchers::Contains("operand A has leading dimension 2, cuBLAS needs at least 3"));
+    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c.data(), n - 1, false),
+                      Catch::Matchers::Contains("C has leading dimension 6, cuBLAS needs at least 7"));
+    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), k, 2}, {b.data(), n, 1}, c.data(), n, false),
+                      Catch::Matchers::Contains("operand A has strides (3, 2); one of them must be 1"));
 }

@@ -39,6 +39,7 @@ void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std:
 {
     if (m == 0 || n == 0 || batch == 0) return;
     const column_major_operand A = as_operand(a, "A"), B = as_operand(b, "B");
+    check_leading_dimensions(A, B, m, n, k, ldc);
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     if (batch == 1) {
         cublas_try(cublasSgemm(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one, b.data, B.ld,

@@ -35,4 +35,24 @@ inline column_major_operand as_operand(const mat<float>& x, const char* name)
                                   std::to_string(x.rs) + ", " + std::to_string(x.cs) + "); one of them must be 1");
 }
 
+//! cuBLAS's leading-dimension rules for C'[n x m] = op(B')[n x k] op(A')[k x m]: an operand
+//! stored untransposed needs ld >= its rows, a transposed one ld >= its columns; C' needs
+//! ldc >= n. Checked before every call (the host backend's reference GEMM too, so the CPU tests
+//! prove the part's calls would be accepted), naming the operand.
+inline void check_leading_dimensions(const column_major_operand& A, const column_major_operand& B, std::int64_t m,
+                                     std::int64_t n, std::int64_t k, std::int64_t ldc)
+{
+    auto need = [](const char* name, const column_major_operand& o, std::int64_t rows_if_n, std::int64_t rows_if_t) {
+        const std::int64_t rows = o.transposed ? rows_if_t : rows_if_n;
+        if (o.ld < (rows > 1 ? rows : 1))
+            throw tpipe::invalid_argument(std::string("gpt::cuda::gemm: operand ") + name + " has leading dimension " +
+                                          std::to_string(o.ld) + ", cuBLAS needs at least " + std::to_string(rows));
+    };
+    need("B", B, n, k);  // op(B') is n x k: stored n x k (N) or k x n (T)
+    need("A", A, k, m);  // op(A') is k x m: stored k x m (N) or m x k (T)
+    if (ldc < (n > 1 ? n : 1))
+        throw tpipe::invalid_argument("gpt::cuda::gemm: C has leading dimension " + std::to_string(ldc) +
+                                      ", cuBLAS needs at least " + std::to_string(n));
+}
+
 } // namespace gpt::cuda

@@ -71,6 +71,7 @@ public:
                           std::int64_t stride_c, bool accumulate)
         {
             const column_major_operand A = as_operand(a, "A"), B = as_operand(b, "B");
+            check_leading_dimensions(A, B, m, n, k, ldc);
             for (std::int64_t i = 0; i < batch; ++i)
                 reference_gemm(B, b.data + i * stride_b, A, a.data + i * stride_a, n, m, k, accumulate ? 1.0f : 0.0f,
                                c + i * stride_c, ldc);
