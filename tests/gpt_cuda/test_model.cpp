@@ -6,13 +6,9 @@
 // itself, which wait for a GPU (tests/gpt_cuda/gpu_model.cpp).
 #include <catch2/catch.hpp>
 
-#include <vector>
+#include <utility>
 
-#include <tpipe/slice/slicers.hpp>
-
-#include "common.hpp"
-#include "gpt_cuda/basic_model.hpp"
-#include "gpt_cuda/host_backend.hpp"
+#include "model_checks.hpp"
 
 namespace {
 
@@ -23,69 +19,26 @@ using part = gpt::cuda::basic_part<backend>;
 
 constexpr double tol = 1e-5;  // float on both sides, different summation orders
 
+
 } // namespace
 
 TEST_CASE("host backend: the CUDA model's loss and every gradient equal the CPU GPT's, one unit", "[gpt_cuda][model]")
 {
-    for (bool tied : {true, false}) {
-        INFO((tied ? "tied head" : "untied head"));
-        const auto cfg = test_config(tied);
-        gpt::parameters<float> cpu(cfg);
-        cpu.init(7);
-        const auto b = gpt_test::random_batch(cfg, 3, cfg.seq_len, 11);
-        const double loss_cpu = gpt::full_step(cpu, b);
-        parameters dev(cpu, {}, 0);
-        const double loss = gpt::cuda::full_step(dev, b, 0);
-        gpt::parameters<float> got(cfg);
-        dev.download(got, 0);
-        CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
-        CHECK(got.value == cpu.value);
-        check_gradients(got, cpu, tol);
-    }
+    host_rig rig;
+    check_one_unit(rig, tol);
 }
 
 TEST_CASE("host backend: token-sliced and rows x tokens units through two parts equal the unsliced CPU step",
           "[gpt_cuda][model]")
 {
-    for (bool tied : {true, false}) {
-        const auto cfg = test_config(tied);
-        gpt::parameters<float> cpu(cfg);
-        cpu.init(5);
-        const auto b = gpt_test::random_batch(cfg, 4, cfg.seq_len, 21);
-        const double loss_cpu = gpt::full_step(cpu, b);
-        const tpipe::batch_shape shape{4, cfg.seq_len};
-        for (const auto& units :
-             {tpipe::token_slicer{{7, 9, 8}}.scheme(shape), tpipe::grid_slicer{2, {5, 3, 16}}.scheme(shape)}) {
-            INFO((tied ? "tied, " : "untied, ") << units.units() << " units");
-            parameters dev(cpu, {}, 0);
-            part p0(dev, 0, 1, true, false, 0), p1(dev, 1, 2, false, true, 0);
-            const double loss = gpt::cuda::run_in_order<backend>({&p0, &p1}, units, b);
-            gpt::parameters<float> got(cfg);
-            dev.download(got, 0);
-            CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
-            check_gradients(got, cpu, tol);
-        }
-    }
+    host_rig rig;
+    check_sliced(rig, tol);
 }
 
-TEST_CASE("host backend: AdamW steps track the CPU model's losses and weights", "[gpt_cuda][model]")
+TEST_CASE("host backend: AdamW steps track the CPU model's losses, gradient norms and weights", "[gpt_cuda][model]")
 {
-    const auto cfg = test_config(true);
-    const auto ref = cpu_training(cfg);
-    gpt::parameters<float> host(cfg);
-    host.init(3);
-    parameters dev(host, {}, 0);
-    gpt::cuda::basic_adamw<backend> opt(dev, {.lr = 1e-3}, 0);
-    for (int i = 0; i < train_steps; ++i) {
-        const double loss = gpt::cuda::full_step(dev, train_batch(cfg, i), 0);
-        CHECK(std::abs(loss - ref.losses[static_cast<std::size_t>(i)]) <= tol * ref.losses[static_cast<std::size_t>(i)]);
-        opt.step(0);
-        CHECK(std::abs(opt.last_grad_norm() - ref.grad_norms[static_cast<std::size_t>(i)]) <=
-              tol * ref.grad_norms[static_cast<std::size_t>(i)]);
-    }
-    dev.download(host, 0);
-    CHECK(gpt_test::rel_err(host.value, ref.weights) <= tol);
-    CHECK(opt.steps() == train_steps);
+    host_rig rig;
+    check_adamw(rig, tol);
 }
 
 TEST_CASE("host backend: the part refuses units out of causal order, bad tokens and wrong activations",

@@ -11,13 +11,10 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
-#include "common.hpp"
-#include "gpt_cuda/basic_pipeline.hpp"
-#include "gpt_cuda/host_backend.hpp"
+#include "model_checks.hpp"
 
 namespace {
 using namespace gpt_cuda_test;
-using backend = gpt::cuda::host_backend;
 } // namespace
 
 TEST_CASE("host backend: pipelined on CPU threads equals the CPU GPT trained without a pipeline, every schedule",
@@ -40,19 +37,9 @@ TEST_CASE("host backend: pipelined on CPU threads equals the CPU GPT trained wit
                 continue;
             }
             INFO(name << ", " << stages << " stages, " << units.units() << " units");
-            gpt::parameters<float> host(cfg);
-            host.init(3);
-            gpt::cuda::basic_parameters<backend> dev(host, {}, 0);
-            gpt::cuda::basic_pipelined_model<backend> model(dev, stages, 0);
-            gpt::cuda::basic_adamw<backend> opt(dev, {.lr = 1e-3}, 0);
+            host_rig rig;
             tpipe::cpu_engine eng(ranks);
-            for (int i = 0; i < train_steps; ++i) {
-                const double loss = model.step(train_batch(cfg, i), prog, eng);
-                CHECK(std::abs(loss - ref.losses[static_cast<std::size_t>(i)]) <= 1e-5 * ref.losses[static_cast<std::size_t>(i)]);
-                opt.step(0);
-            }
-            dev.download(host, 0);
-            CHECK(gpt_test::rel_err(host.value, ref.weights) <= 1e-5);
+            check_pipelined(rig, eng, cfg, stages, prog, ref, 1e-5);
             ++ran;
         }
     }

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "gpt_cuda/host_device.hpp"
 #include "gpt_cuda/tensor.hpp"
@@ -358,17 +359,30 @@ void layernorm_forward(Ex& ex, tensor<const float> x, tensor<const float> g, ten
     ex.rows(n, d, body::layernorm_forward{d, float(eps), x.data, g.data, b.data, y.data, mean.data, rstd.data});
 }
 
+namespace detail {
+//! The backward's gradient dy [n, d] and what the forward kept (x [n, d], mean and rstd [n]).
+template <class Ex>
+std::pair<std::int64_t, std::int64_t> expect_layernorm_saved(const char* k, Ex& ex, const tensor<const float>& dy,
+                                                             const tensor<const float>& x,
+                                                             const tensor<const float>& mean,
+                                                             const tensor<const float>& rstd)
+{
+    expect_matrix(k, "dy", dy, ex.where);
+    const std::int64_t n = dim(dy, 0), d = dim(dy, 1);
+    expect_shape(k, "x", x, {n, d}, ex.where);
+    expect_shape(k, "mean", mean, {n}, ex.where);
+    expect_shape(k, "rstd", rstd, {n}, ex.where);
+    return {n, d};
+}
+} // namespace detail
+
 //! dx += the LayerNorm backward of dy [n, d].
 template <class Ex>
 void layernorm_backward(Ex& ex, tensor<const float> dy, tensor<const float> x, tensor<const float> mean,
                         tensor<const float> rstd, tensor<const float> g, tensor<float> dx)
 {
     constexpr const char* k = "layernorm_backward";
-    detail::expect_matrix(k, "dy", dy, ex.where);
-    const std::int64_t n = detail::dim(dy, 0), d = detail::dim(dy, 1);
-    expect_shape(k, "x", x, {n, d}, ex.where);
-    expect_shape(k, "mean", mean, {n}, ex.where);
-    expect_shape(k, "rstd", rstd, {n}, ex.where);
+    const auto [n, d] = detail::expect_layernorm_saved(k, ex, dy, x, mean, rstd);
     expect_shape(k, "g", g, {d}, ex.where);
     expect_shape(k, "dx", dx, {n, d}, ex.where);
     ex.rows(n, d, body::layernorm_backward{d, dy.data, x.data, mean.data, rstd.data, g.data, dx.data});
@@ -380,11 +394,7 @@ void layernorm_param_grad(Ex& ex, tensor<const float> dy, tensor<const float> x,
                           tensor<const float> rstd, tensor<float> dg, tensor<float> db)
 {
     constexpr const char* k = "layernorm_param_grad";
-    detail::expect_matrix(k, "dy", dy, ex.where);
-    const std::int64_t n = detail::dim(dy, 0), d = detail::dim(dy, 1);
-    expect_shape(k, "x", x, {n, d}, ex.where);
-    expect_shape(k, "mean", mean, {n}, ex.where);
-    expect_shape(k, "rstd", rstd, {n}, ex.where);
+    const auto [n, d] = detail::expect_layernorm_saved(k, ex, dy, x, mean, rstd);
     expect_shape(k, "dg", dg, {d}, ex.where);
     expect_shape(k, "db", db, {d}, ex.where);
     ex.elements(d, body::layernorm_gain_grad{n, d, dy.data, x.data, mean.data, rstd.data, dg.data});
