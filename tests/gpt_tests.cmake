@@ -8,6 +8,8 @@ if(TPIPE_BUILD_EXAMPLES)
   target_compile_definitions(tpipe_tests_gpt PRIVATE TPIPE_GPT_TEST_DIR="${CMAKE_CURRENT_SOURCE_DIR}/gpt")
   add_test(NAME gpt COMMAND tpipe_tests_gpt)
   set_tests_properties(gpt PROPERTIES TIMEOUT 600)
+  # The CUDA GPT's kernel bodies and shape checks on the host, against the CPU GPT (every build).
+  tpipe_test_suite(gpt_cuda tpipe_gpt tpipe_gpt_cuda_kernels)
 
   # train_gpt end to end: a TeraPipe-planned 2-stage run checked against the non-pipelined one,
   # and the refusals (bad flag, missing data file) exit non-zero with a message.
@@ -27,6 +29,17 @@ if(TPIPE_BUILD_EXAMPLES)
   add_test(NAME gpt_train_elastic_no_autopipe COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS} --no-autopipe)
   set_tests_properties(gpt_train_elastic_no_autopipe PROPERTIES TIMEOUT 300
                        PASS_REGULAR_EXPRESSION "\"frozen\":3.*\"check_ok\":true")
+  # --device cuda: a flag that does not apply is refused in every build; with CUDA, a checked
+  # 2-stage token-sliced run on one GPU, which CTest reports skipped where there is no GPU.
+  add_test(NAME gpt_train_cuda_bad_flag COMMAND train_gpt --device cuda --dp 2)
+  set_tests_properties(gpt_train_cuda_bad_flag PROPERTIES WILL_FAIL TRUE)
+  if(TPIPE_ENABLE_CUDA)
+    add_test(NAME gpt_train_cuda
+             COMMAND train_gpt --device cuda --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 4 --steps 3
+                     --stages 2 --schedule terapipe-1f1b --slicer tokens:8,8,16 --check --json)
+    set_tests_properties(gpt_train_cuda PROPERTIES TIMEOUT 300 LABELS gpu PASS_REGULAR_EXPRESSION "\"check_ok\":true"
+                         SKIP_REGULAR_EXPRESSION "no usable CUDA GPU")
+  endif()
   add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
   set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)
   add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)

@@ -38,6 +38,9 @@
 #include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
+#ifdef TPIPE_GPT_CUDA
+#include "gpt_cuda/train.hpp"
+#endif
 
 #ifdef TPIPE_GPT_MPI
 #include <tpipe/mpi/communicator.hpp>
@@ -75,6 +78,7 @@ struct options {
     int threads = 0;  // 0: hardware threads
     int dp = 1;
     std::string transport = "threads";
+    std::string device = "cpu";
     bool elastic = false;
     bool steps_given = false;
     gpt::elastic_command el;
@@ -103,6 +107,8 @@ const char* usage_text =
     "                    averaged across replicas after every step (default 1)\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
+    "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
+    "                    --transport, --threads, --trace, --elastic and --slicer terapipe do not apply)\n"
     "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
@@ -182,6 +188,7 @@ options parse(int argc, char** argv)
         else if (f == "--threads") o.threads = to_int(f, value(), 1);
         else if (f == "--dp") o.dp = to_int(f, value(), 1);
         else if (f == "--transport") o.transport = value();
+        else if (f == "--device") o.device = value();
         else if (f == "--untied") o.cfg.tied = false;
         else if (f == "--elastic") o.elastic = true;
         else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
@@ -230,6 +237,18 @@ options parse(int argc, char** argv)
         throw usage_error("--granularity applies to the TeraPipe planner (--slicer terapipe), not to --slicer " +
                           o.slicer);
     if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
+    if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
+    if (o.device == "cuda") {
+        for (const char* f : {"--dp", "--transport", "--threads", "--trace", "--elastic", "--devices", "--alpha",
+                              "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
+                              "--no-autodp", "--no-autocache", "--granularity"})
+            if (given.count(f)) throw usage_error(std::string(f) + " does not apply with --device cuda");
+        if (o.slicer == "terapipe")
+            throw usage_error("--slicer terapipe profiles the CPU model; with --device cuda give a fixed slicer");
+#ifndef TPIPE_GPT_CUDA
+        throw usage_error("--device cuda: this train_gpt was built without CUDA (configure with -DTPIPE_ENABLE_CUDA=ON)");
+#endif
+    }
     return o;
 }
 
@@ -442,6 +461,32 @@ private:
 };
 #endif
 
+//! --device cuda: the CUDA GPT (examples/gpt/cuda) under the same schedule, slicing and data.
+int train_on_cuda(const options& o, const std::string& text)
+{
+#ifdef TPIPE_GPT_CUDA
+    const int stages = o.stages * tpipe::stages_per_rank(o.schedule, o.virtual_stages);
+    if (stages > o.cfg.layers)
+        throw usage_error(std::to_string(stages) + " pipeline stages for " + std::to_string(o.cfg.layers) +
+                          " layers: every stage needs at least one (raise --layers)");
+    const tpipe::scheme units = fixed_scheme(o);
+    tpipe::program prog;
+    try {
+        prog = tpipe::make_schedule(o.schedule, o.virtual_stages).program(tpipe::topology{.ranks = o.stages}, units);
+    } catch (const tpipe::error& e) {
+        throw usage_error("schedule '" + o.schedule + "' cannot run " + describe(units) + ": " + e.what());
+    }
+    return gpt::cuda::train({.cfg = o.cfg, .batch = o.batch, .steps = o.steps, .lr = o.lr, .seed = o.seed,
+                             .data_seed = replica::data_seed(o, 0), .ranks = o.stages, .stages = stages,
+                             .schedule = o.schedule, .units = describe(units), .json = o.json, .check = o.check,
+                             .check_tol = o.check_tol},
+                            prog, text);
+#else
+    (void)o, (void)text;
+    return 2;  // parse() refused --device cuda already
+#endif
+}
+
 int train(const options& o)
 {
     std::ifstream in(o.data, std::ios::binary);
@@ -479,6 +524,7 @@ int train(const options& o)
                               std::to_string(o.el.opts.devices - 1) + " layers (one stage per layer, the last with the head)");
         return gpt::run_elastic_command(c, text);
     }
+    if (o.device == "cuda") return train_on_cuda(o, text);
     const int ranks = o.stages;
     const int D = o.dp;
     const int stages = ranks * tpipe::stages_per_rank(o.schedule, o.virtual_stages);
