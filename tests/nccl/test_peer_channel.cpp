@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "fake_transport.hpp"
 #include "tpipe/cuda/peer_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
@@ -72,33 +73,16 @@ struct fake_copier {
 
 using peer_transport = tpipe::cuda::basic_peer_transport<fake_copier, tpipe::nccl::fake::host_pool>;
 
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::map<int, dvec> saved;
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit&, dvec g)
-    {
-        for (double& v : g) v *= a;
-        return g;
-    }
-};
+using nccl_test::affine;
 
 tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out, std::map<int, dvec>& dx, std::mutex& m)
 {
     tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
-    io.source = [](const tpipe::unit& u) { return dvec(static_cast<std::size_t>(u.microbatch % 3), double(u.microbatch + 1)); };
+    io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
     io.loss = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         out[u.microbatch] = y;
-        return std::move(y);
+        return nccl_test::loss_grad(std::move(y));
     };
     io.input_grad = [&](const tpipe::unit& u, dvec&& d) {
         std::lock_guard<std::mutex> g(m);
@@ -107,12 +91,7 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out,
     return io;
 }
 
-tpipe::uniform_pipeline<affine> make_pipe(int n)
-{
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = i + 2, s[i].b = -i;
-    return tpipe::uniform_pipeline<affine>(std::move(s));
-}
+tpipe::uniform_pipeline<affine> make_pipe(int n) { return tpipe::uniform_pipeline<affine>(nccl_test::make_stages(n)); }
 
 } // namespace
 
@@ -163,7 +142,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         CHECK(dx == ref_dx);
         // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
         int nonempty = 0;
-        for (int u = 0; u < M; ++u) nonempty += u % 3 != 0;
+        for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
         CHECK(copier.s->issued == 2 * 2 * nonempty);
         CHECK(pool.made == 2 * 2 * M);
     }

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "fake_transport.hpp"
 #include "members.hpp"
 #include "tpipe/exec/run.hpp"
@@ -119,40 +120,8 @@ TEST_CASE("nccl channels: a payload for a channel the receiver does not have is 
 
 namespace {
 
-//! y = a*x + b with weight gradients; integer-valued doubles (exact in any order).
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::vector<double> grad = {0, 0};
-    std::map<int, dvec> saved;
-
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit& u, dvec g)
-    {
-        const dvec& x = saved.at(u.microbatch);
-        dvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
-};
-
-std::vector<affine> make_stages(int n)
-{
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = i % 2 + 1, s[i].b = i;
-    return s;
-}
+using nccl_test::affine;
+using nccl_test::make_stages;
 
 struct recorded {
     std::map<int, dvec> outputs, input_grads;
@@ -161,17 +130,11 @@ struct recorded {
 tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_into(recorded& r, std::mutex& m)
 {
     tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
-    // Sizes differ per microbatch, and microbatch 0's payloads are empty.
-    io.source = [](const tpipe::unit& u) {
-        dvec x(static_cast<std::size_t>(u.microbatch % 4));
-        for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(u.microbatch * 3 + int(i));
-        return x;
-    };
+    io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
     io.loss = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         r.outputs[u.microbatch] = y;
-        for (double& v : y) v = std::fmod(v, 5.0) + 1;
-        return std::move(y);
+        return nccl_test::loss_grad(std::move(y));
     };
     io.input_grad = [&](const tpipe::unit& u, dvec&& dx) {
         std::lock_guard<std::mutex> g(m);
