@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <map>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "tpipe/exec/gradients.hpp"
@@ -20,6 +21,7 @@ struct affine {
     double a = 1, b = 0;
     std::vector<double> grad = {0, 0};  // da, db
     std::map<int, dvec> saved;
+    int fail_at_microbatch = -1;  //!< backward of this microbatch throws
 
     dvec forward(const tpipe::unit& u, dvec x)
     {
@@ -30,6 +32,7 @@ struct affine {
     }
     dvec backward(const tpipe::unit& u, dvec g)
     {
+        if (u.microbatch == fail_at_microbatch) throw std::runtime_error("injected fault in B");
         const dvec& x = saved.at(u.microbatch);
         dvec dx(g.size());
         for (std::size_t i = 0; i < g.size(); ++i) {

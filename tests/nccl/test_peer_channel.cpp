@@ -22,50 +22,56 @@ using dvec = std::vector<double>;
 
 namespace {
 
-//! A peer copier whose copies land only when their marker is found complete, on the second query
-//! (a receiver that read before completion would see zeros).
+//! A peer copier with stream semantics: copies on one stream complete in order; a marker covers
+//! every copy issued on its stream before it; a copy lands only when a query finds it complete,
+//! on its second query (a receiver that read before completion would see zeros).
 struct fake_copier {
     using stream_t = int;
-    using marker_t = int;
+    using marker_t = int;  //!< index of the last copy on the stream when recorded (-1: none)
     struct copy {
         void* dst;
         const void* src;
         std::size_t n;
+        stream_t stream;
         int queries = 0;
         bool done = false;
     };
     struct state {
         std::mutex m;
         std::vector<copy> copies;
-        int fail_at = -1;  //!< this copy's marker reports a stream error
+        int fail_at = -1;  //!< this copy reports a stream error
         int issued = 0;
     };
     std::shared_ptr<state> s = std::make_shared<state>();
-    int last = -1;
 
-    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t)
+    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t st)
     {
         std::lock_guard<std::mutex> g(s->m);
-        s->copies.push_back({dst, src, n});
+        s->copies.push_back({dst, src, n, st});
         ++s->issued;
         return 0;
     }
-    marker_t record(stream_t)
+    marker_t record(stream_t st)
     {
         std::lock_guard<std::mutex> g(s->m);
-        return static_cast<int>(s->copies.size()) - 1;
+        for (int i = static_cast<int>(s->copies.size()) - 1; i >= 0; --i)
+            if (s->copies[static_cast<std::size_t>(i)].stream == st) return i;
+        return -1;
     }
     int query(marker_t m)
     {
         std::lock_guard<std::mutex> g(s->m);
-        if (m < 0) return 0;  // no copy recorded (empty payload)
-        copy& c = s->copies[static_cast<std::size_t>(m)];
-        if (m == s->fail_at) return 700;
-        if (!c.done && ++c.queries >= 2) {
+        if (m < 0) return 0;
+        const stream_t st = s->copies[static_cast<std::size_t>(m)].stream;
+        for (int i = 0; i <= m; ++i) {  // in stream order
+            copy& c = s->copies[static_cast<std::size_t>(i)];
+            if (c.stream != st || c.done) continue;
+            if (i == s->fail_at) return 700;
+            if (++c.queries < 2) return 1;
             std::memcpy(c.dst, c.src, c.n);
             c.done = true;
         }
-        return c.done ? 0 : 1;
+        return 0;
     }
     void release(marker_t) noexcept {}
     std::string describe_stream(int rc) const { return "fake stream error " + std::to_string(rc); }

@@ -193,3 +193,35 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
         }
     }
 }
+
+TEST_CASE("nccl transport: a stage that fails on one process stops the others with the failure, not a hang",
+          "[nccl][transport]")
+{
+    const int P = 3;
+    const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(6));
+    tpipe::nccl::fake::world w;
+    tpipe::nccl::fake::notice_board board(P);
+    tpipe::nccl::fake::host_pool pool;
+    auto comms = w.init_all(P);
+    const auto layout = tpipe::world::one_rank_per_process(P);
+    std::mutex m;
+    recorded got;
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = on_threads(P, [&](int me) {
+        tpipe::nccl::fake::control ctl(layout, me, board);
+        tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&w}, comms[me], ctl, pool);
+        auto stages = make_stages(P);
+        if (me == 1) stages[1].fail_at_microbatch = 2;
+        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(stages.begin(), stages.end()));
+        tpipe::cpu_engine eng(P);
+        tpipe::runner r(pipe, prog, eng, x, [] {
+            tpipe::run_options o;
+            o.watchdog = std::chrono::seconds(20);
+            return o;
+        }());
+        r.run(io_into(got, m));
+    });
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK_THAT(errors[1], Catch::Contains("injected fault in B"));
+    for (int p : {0, 2}) CHECK_THAT(errors[p], Catch::Contains("the iteration failed on process 1"));
+}
