@@ -71,7 +71,7 @@ public:
     //! Refuses an empty placement, negative or absent GPUs, a stream list of the wrong length, a
     //! user stream on another GPU and a thread count outside [0, devices]; throws cuda_error if
     //! the driver cannot make the streams.
-    basic_engine(D& d, options o) : d_(d), opts_(std::move(o)), events_(d), memory_(d, events_, opts_.memory)
+    basic_engine(D& d, options o) : d_(d), opts_(std::move(o)), events_(d), memory_(d, events_, opts_.memory), host_waits_(d)
     {
         const int n = static_cast<int>(opts_.gpu_of_device.size());
         if (n < 1)
@@ -96,13 +96,14 @@ public:
         devices_.reserve(static_cast<std::size_t>(n));
         try {
             for (int dev = 0; dev < n; ++dev) add_device(dev);
+            const int threads = opts_.threads == 0 ? n : opts_.threads;
+            const loop::options idle = opts_.idle ? *opts_.idle : cpu_engine::default_loop_options(threads);
+            for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
         } catch (...) {
+            loops_.clear();
             destroy_streams();
             throw;
         }
-        const int threads = opts_.threads == 0 ? n : opts_.threads;
-        const loop::options idle = opts_.idle ? *opts_.idle : cpu_engine::default_loop_options(threads);
-        for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
     }
     basic_engine(const basic_engine&) = delete;
     basic_engine& operator=(const basic_engine&) = delete;
@@ -111,7 +112,7 @@ public:
     ~basic_engine()
     {
         loops_.clear();
-        host_waits_.reset();
+        host_waits_.close();  // asks the streams which host functions will never run
         destroy_streams();
     }
 
@@ -297,7 +298,7 @@ private:
     options opts_;
     basic_event_pool<D> events_;
     basic_memory_pool<D> memory_;
-    host_func_waits host_waits_;
+    basic_host_func_waits<D> host_waits_;
     std::vector<device_state> devices_;
     std::unique_ptr<std::atomic<int>[]> waiting_;  //!< per device: computes suspended on the GPU
     std::vector<std::unique_ptr<loop_thread>> loops_;
