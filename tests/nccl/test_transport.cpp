@@ -123,6 +123,13 @@ namespace {
 using nccl_test::affine;
 using nccl_test::make_stages;
 
+tpipe::run_options with_watchdog()
+{
+    tpipe::run_options o;
+    o.watchdog = std::chrono::seconds(20);
+    return o;
+}
+
 struct recorded {
     std::map<int, dvec> outputs, input_grads;
 };
@@ -175,11 +182,7 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
                     std::vector<std::reference_wrapper<affine>>(stages_of[me].begin(), stages_of[me].end()));
                 tpipe::cpu_engine eng(P);
-                tpipe::runner r(pipe, prog, eng, x, [] {
-                    tpipe::run_options o;
-                    o.watchdog = std::chrono::seconds(20);
-                    return o;
-                }());
+                tpipe::runner r(pipe, prog, eng, x, with_watchdog());
                 r.run(io_into(got, m));
                 r.run(io_into(got, m));  // a second iteration over the same channels
             });
@@ -214,11 +217,7 @@ TEST_CASE("nccl transport: a stage that fails on one process stops the others wi
         if (me == 1) stages[1].fail_at_microbatch = 2;
         tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(stages.begin(), stages.end()));
         tpipe::cpu_engine eng(P);
-        tpipe::runner r(pipe, prog, eng, x, [] {
-            tpipe::run_options o;
-            o.watchdog = std::chrono::seconds(20);
-            return o;
-        }());
+        tpipe::runner r(pipe, prog, eng, x, with_watchdog());
         r.run(io_into(got, m));
     });
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
