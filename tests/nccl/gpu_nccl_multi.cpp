@@ -96,7 +96,9 @@ TEST_CASE("nccl data parallelism between GPUs: replicas' gradients sum to the ho
     for (int s = 0; s < P; ++s) ids.push_back(tpipe::nccl::runtime_api::make_unique_id());
     std::vector<std::vector<hvec>> grads(static_cast<std::size_t>(D));
     auto errors = on_threads(D, [&](int d) {
-        tpipe::cuda::engine eng({.gpu_of_device = {d, d}});  // the replica's two ranks share its GPU
+        // The replica's two ranks share its GPU and one loop thread: NCCL forbids issuing on two
+        // communicators of one GPU from two threads at once (each stage has its own communicator).
+        tpipe::cuda::engine eng({.gpu_of_device = {d, d}, .threads = 1});
         auto pool = tpipe::cuda::make_memory_pool();
         gpu_test::pool_ref ref{&pool, d, eng.transfer_stream(0)};
         std::vector<tpipe::nccl::communicator> comms;
