@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -460,7 +461,12 @@ private:
         std::memcpy(sum.data(), ops.back()->in, n * sizeof(T));
         for (std::size_t r = ops.size() - 1; r-- > 0;) {
             const T* x = static_cast<const T*>(ops[r]->in);
-            for (std::size_t e = 0; e < n; ++e) sum[e] = sum[e] + x[e];
+            for (std::size_t e = 0; e < n; ++e) {
+                if constexpr (std::is_integral_v<T>)  // wraps as on the GPU (barrier() sums uninitialised scratch)
+                    sum[e] = static_cast<T>(static_cast<std::make_unsigned_t<T>>(sum[e]) + static_cast<std::make_unsigned_t<T>>(x[e]));
+                else
+                    sum[e] = sum[e] + x[e];
+            }
         }
         if (ops[0]->peer == 1)  // average
             for (T& x : sum) x = x / static_cast<T>(ops.size());

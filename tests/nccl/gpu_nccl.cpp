@@ -2,8 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -69,51 +68,20 @@ TEST_CASE("peer transport on one GPU: ranks sharing the GPU move payloads; the p
 {
     const int P = 3, M = 5;
     const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(M));
-    // Host reference.
-    std::vector<gpu_test::affine_host> host(P);
-    for (int s = 0; s < P; ++s) host[s].a = gpu_test::coef_a(s), host[s].b = gpu_test::coef_b(s);
-    std::map<int, hvec> ref_out, ref_dx;
-    {
-        tpipe::uniform_pipeline<gpu_test::affine_host> pipe(std::move(host));
-        tpipe::cpu_engine eng(P);
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [](const tpipe::unit& u) { return gpu_test::sample(0, u.microbatch); };
-        io.loss = [&](const tpipe::unit& u, hvec&& y) {
-            ref_out[u.microbatch] = y;
-            return gpu_test::loss_grad(std::move(y));
-        };
-        io.input_grad = [&](const tpipe::unit& u, hvec&& dx) { ref_dx[u.microbatch] = std::move(dx); };
-        tpipe::run(pipe, prog, eng, io);
-    }
+    gpu_test::recorded ref, got;
+    gpu_test::run_host(ref, prog, P, {0});
     tpipe::cuda::engine eng({.gpu_of_device = {0, 0, 0}});
     auto pool = tpipe::cuda::make_memory_pool();
     std::vector<gpu_test::pool_ref> refs;
     for (int r = 0; r < P; ++r) refs.push_back({&pool, 0, eng.transfer_stream(r)});
     auto x = tpipe::cuda::make_peer_transport(eng, {0, 1, 2}, std::vector<gpu_test::pool_ref*>{&refs[0], &refs[1], &refs[2]});
-    std::vector<gpu_test::affine> stages;
-    for (int s = 0; s < P; ++s) stages.emplace_back(gpu_test::coef_a(s), gpu_test::coef_b(s), refs[static_cast<std::size_t>(s)]);
-    tpipe::uniform_pipeline<gpu_test::affine> pipe(std::move(stages));
-    std::mutex m;
-    std::map<int, hvec> out, dx;
-    tpipe::io_for<decltype(pipe)> io;
-    io.source = [&](const tpipe::unit& u) { return gpu_test::upload(refs[0], gpu_test::sample(0, u.microbatch)); };
-    io.loss = [&](const tpipe::unit& u, gpu_test::dev_vec&& y) {
-        hvec h = gpu_test::download(y);
-        std::lock_guard<std::mutex> g(m);
-        out[u.microbatch] = h;
-        return gpu_test::upload(refs[P - 1], gpu_test::loss_grad(std::move(h)));
-    };
-    io.input_grad = [&](const tpipe::unit& u, gpu_test::dev_vec&& d) {
-        hvec h = gpu_test::download(d);
-        std::lock_guard<std::mutex> g(m);
-        dx[u.microbatch] = std::move(h);
-    };
+    auto pipe = gpu_test::make_pipe(P, refs[0]);
     tpipe::runner r(pipe, prog, eng, x, [] {
         tpipe::run_options o;
         o.device_of_rank = {0, 1, 2};
         return o;
     }());
-    r.run(io);
-    CHECK(out == ref_out);
-    CHECK(dx == ref_dx);
+    r.run(gpu_test::device_io(refs[0], refs[P - 1], 0, got));
+    CHECK(got.out == ref.out);
+    CHECK(got.dx == ref.dx);
 }

@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -50,32 +48,6 @@ std::vector<std::string> on_threads(int n, const std::function<void(int)>& body)
     return errors;
 }
 
-//! Outputs and input gradients of the host run of `prog` over replicas' samples `replicas`.
-struct host_run {
-    std::map<int, hvec> out, dx;
-    std::vector<hvec> grads;
-};
-host_run run_host(const tpipe::program& prog, int stages, int ranks, const std::vector<int>& replicas)
-{
-    std::vector<gpu_test::affine_host> host(static_cast<std::size_t>(stages));
-    for (int s = 0; s < stages; ++s) host[s].a = gpu_test::coef_a(s), host[s].b = gpu_test::coef_b(s);
-    tpipe::uniform_pipeline<gpu_test::affine_host> pipe(std::move(host));
-    tpipe::cpu_engine eng(ranks);
-    host_run h;
-    for (int d : replicas) {
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [d](const tpipe::unit& u) { return gpu_test::sample(d, u.microbatch); };
-        io.loss = [&](const tpipe::unit& u, hvec&& y) {
-            h.out[u.microbatch] = y;
-            return gpu_test::loss_grad(std::move(y));
-        };
-        io.input_grad = [&](const tpipe::unit& u, hvec&& dx) { h.dx[u.microbatch] = std::move(dx); };
-        tpipe::run(pipe, prog, eng, io);
-    }
-    pipe.visit_stages([&](std::size_t, auto& s) { h.grads.push_back(s.grad); });
-    return h;
-}
-
 } // namespace
 
 TEST_CASE("nccl transport between GPUs: a pipeline with one rank per GPU equals the host run", "[nccl][.multi_gpu]")
@@ -85,45 +57,28 @@ TEST_CASE("nccl transport between GPUs: a pipeline with one rank per GPU equals 
     for (const char* name : {"1f1b", "interleaved"}) {
         CAPTURE(P, name);
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
-        const int stages = prog.stages();
-        const host_run ref = run_host(prog, stages, P, {0});
+        gpu_test::recorded ref, got;
+        gpu_test::run_host(ref, prog, P, {0});
         const auto layout = tpipe::world::one_rank_per_process(P);
         tpipe::nccl::fake::notice_board board(P);
         const auto id = tpipe::nccl::runtime_api::make_unique_id();
-        std::mutex m;
-        std::map<int, hvec> out, dx;
         auto errors = on_threads(P, [&](int me) {
             tpipe::cuda::engine eng({.gpu_of_device = {me}});
             auto pool = tpipe::cuda::make_memory_pool();
             gpu_test::pool_ref ref{&pool, me, eng.transfer_stream(0)};
             tpipe::nccl::fake::control ctl(layout, me, board);
             tpipe::nccl::basic_transport<tpipe::nccl::runtime_api, tpipe::nccl::fake::control, gpu_test::pool_ref> x({}, id, ctl, ref);
-            std::vector<gpu_test::affine> st;
-            for (int s = 0; s < stages; ++s) st.emplace_back(gpu_test::coef_a(s), gpu_test::coef_b(s), ref);
-            tpipe::uniform_pipeline<gpu_test::affine> pipe(std::move(st));
-            tpipe::io_for<decltype(pipe)> io;
-            io.source = [&](const tpipe::unit& u) { return gpu_test::upload(ref, gpu_test::sample(0, u.microbatch)); };
-            io.loss = [&](const tpipe::unit& u, gpu_test::dev_vec&& y) {
-                hvec h = gpu_test::download(y);
-                std::lock_guard<std::mutex> g(m);
-                out[u.microbatch] = h;
-                return gpu_test::upload(ref, gpu_test::loss_grad(std::move(h)));
-            };
-            io.input_grad = [&](const tpipe::unit& u, gpu_test::dev_vec&& d) {
-                hvec h = gpu_test::download(d);
-                std::lock_guard<std::mutex> g(m);
-                dx[u.microbatch] = std::move(h);
-            };
+            auto pipe = gpu_test::make_pipe(prog.stages(), ref);
             tpipe::runner r(pipe, prog, eng, x, [] {
                 tpipe::run_options o;
                 o.watchdog = std::chrono::seconds(60);
                 return o;
             }());
-            r.run(io);
+            r.run(gpu_test::device_io(ref, ref, 0, got));
         });
         for (const auto& e : errors) CHECK(e.empty());
-        CHECK(out == ref.out);
-        CHECK(dx == ref.dx);
+        CHECK(got.out == ref.out);
+        CHECK(got.dx == ref.dx);
     }
 }
 
@@ -135,27 +90,26 @@ TEST_CASE("nccl data parallelism between GPUs: replicas' gradients sum to the ho
     const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(M));
     std::vector<int> all(static_cast<std::size_t>(D));
     for (int d = 0; d < D; ++d) all[d] = d;
-    const host_run ref = run_host(prog, P, P, all);
+    gpu_test::recorded ref;
+    gpu_test::run_host(ref, prog, P, all);
     std::vector<tpipe::nccl::unique_id> ids;
     for (int s = 0; s < P; ++s) ids.push_back(tpipe::nccl::runtime_api::make_unique_id());
     std::vector<std::vector<hvec>> grads(static_cast<std::size_t>(D));
     auto errors = on_threads(D, [&](int d) {
-        tpipe::cuda::engine eng({.gpu_of_device = {d, d}});  // the replica's two ranks share its GPU
+        // The replica's two ranks share its GPU and one loop thread: NCCL forbids issuing on two
+        // communicators of one GPU from two threads at once (each stage has its own communicator).
+        tpipe::cuda::engine eng({.gpu_of_device = {d, d}, .threads = 1});
         auto pool = tpipe::cuda::make_memory_pool();
         gpu_test::pool_ref ref{&pool, d, eng.transfer_stream(0)};
         std::vector<tpipe::nccl::communicator> comms;
         for (int s = 0; s < P; ++s) comms.push_back(tpipe::nccl::communicator::init({}, D, ids[s], d));
-        std::vector<gpu_test::affine> st;
-        for (int s = 0; s < P; ++s) st.emplace_back(gpu_test::coef_a(s), gpu_test::coef_b(s), ref);
-        tpipe::uniform_pipeline<gpu_test::affine> pipe(std::move(st));
+        auto pipe = gpu_test::make_pipe(P, ref);
         tpipe::data_parallel dp(pipe, std::vector<tpipe::nccl::communicator*>{&comms[0], &comms[1]}, {.average = false});
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [&](const tpipe::unit& u) { return gpu_test::upload(ref, gpu_test::sample(d, u.microbatch)); };
-        io.loss = [&](const tpipe::unit&, gpu_test::dev_vec&& y) { return gpu_test::upload(ref, gpu_test::loss_grad(gpu_test::download(y))); };
+        gpu_test::recorded mine;
         tpipe::run_options o;
         o.after_backward = dp.hook();
         o.device_of_rank = {0, 1};
-        tpipe::run(pipe, prog, eng, io, o);
+        tpipe::run(pipe, prog, eng, gpu_test::device_io(ref, ref, d, mine), o);
         TPIPE_CUDA_TRY(cudaDeviceSynchronize());
         pipe.visit_stages([&](std::size_t, auto& s) { grads[d].push_back(gpu_test::download(s.grad)); });
     });

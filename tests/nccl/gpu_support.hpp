@@ -1,21 +1,24 @@
 #pragma once
 // The NCCL GPU tests' payload (a vector of doubles in device memory from a tpipe::cuda::memory_pool)
-// and stage (y = a x + b on the stage's stream, weight gradients in device memory), with the same
-// integer-valued arithmetic on the host for the reference run.
+// and stage (y = a x + b on the stage's stream, weight gradients in device memory): the GPU twin
+// of nccl_test::affine (affine.hpp), which makes the host reference run.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "gpu_kernels.hpp"
 #include "tpipe/cuda/current.hpp"
 #include "tpipe/cuda/error.hpp"
 #include "tpipe/cuda/memory_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 #include "tpipe/exec/gradients.hpp"
+#include "tpipe/exec/run.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace gpu_test {
@@ -98,45 +101,64 @@ struct affine {
     std::span<double> gradients() { return {grad.data(), 2}; }
 };
 
-struct affine_host {
-    using input = hvec;
-    using output = hvec;
-    double a = 1, b = 0;
-    hvec grad = {0, 0};
-    std::map<int, hvec> saved;
-    hvec forward(const tpipe::unit& u, hvec x)
-    {
-        hvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    hvec backward(const tpipe::unit& u, hvec g)
-    {
-        const hvec& x = saved.at(u.microbatch);
-        hvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
+using nccl_test::coef_a;
+using nccl_test::coef_b;
+using nccl_test::loss_grad;
+using nccl_test::sample;
+
+//! What a run delivered: outputs and input gradients per microbatch, stage gradients.
+struct recorded {
+    std::mutex m;
+    std::map<int, hvec> out, dx;
+    std::vector<hvec> grads;
 };
 
-inline double coef_a(int stage) { return stage % 2 + 1; }
-inline double coef_b(int stage) { return stage; }
-//! Input of microbatch m of replica d: sizes 0..3 (microbatch 0 is empty), integer values.
-inline hvec sample(int d, int m)
+//! The host run of `prog` over the samples of `replicas`, one after another (the reference).
+inline void run_host(recorded& r, const tpipe::program& prog, int ranks, const std::vector<int>& replicas)
 {
-    hvec x(static_cast<std::size_t>(m % 4));
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(d * 10 + m * 3 + int(i));
-    return x;
+    tpipe::uniform_pipeline<nccl_test::affine> pipe(nccl_test::make_stages(prog.stages()));
+    tpipe::cpu_engine eng(ranks);
+    for (int d : replicas) {
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = [d](const tpipe::unit& u) { return sample(d, u.microbatch); };
+        io.loss = [&](const tpipe::unit& u, hvec&& y) {
+            r.out[u.microbatch] = y;
+            return loss_grad(std::move(y));
+        };
+        io.input_grad = [&](const tpipe::unit& u, hvec&& dx) { r.dx[u.microbatch] = std::move(dx); };
+        tpipe::run(pipe, prog, eng, io);
+    }
+    pipe.visit_stages([&](std::size_t, auto& s) { r.grads.push_back(s.grad); });
 }
-inline hvec loss_grad(hvec y)
+
+//! The GPU pipeline's I/O for replica d: inputs uploaded to `first`, loss gradients to `last`,
+//! outputs and input gradients downloaded into r.
+inline tpipe::io_for<tpipe::uniform_pipeline<affine>> device_io(pool_ref first, pool_ref last, int d, recorded& r)
 {
-    for (double& v : y) v = double(static_cast<long long>(v) % 5 + 1);
-    return y;
+    tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
+    io.source = [=](const tpipe::unit& u) { return upload(first, sample(d, u.microbatch)); };
+    io.loss = [=, &r](const tpipe::unit& u, dev_vec&& y) {
+        hvec h = download(y);
+        {
+            std::lock_guard<std::mutex> g(r.m);
+            r.out[u.microbatch] = h;
+        }
+        return upload(last, loss_grad(std::move(h)));
+    };
+    io.input_grad = [&r](const tpipe::unit& u, dev_vec&& dx) {
+        hvec h = download(dx);
+        std::lock_guard<std::mutex> g(r.m);
+        r.dx[u.microbatch] = std::move(h);
+    };
+    return io;
+}
+
+//! Stages of `n`, their payloads from `p`.
+inline tpipe::uniform_pipeline<affine> make_pipe(int n, pool_ref p)
+{
+    std::vector<affine> st;
+    for (int s = 0; s < n; ++s) st.emplace_back(coef_a(s), coef_b(s), p);
+    return tpipe::uniform_pipeline<affine>(std::move(st));
 }
 
 } // namespace gpu_test

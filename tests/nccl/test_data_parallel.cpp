@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "members.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/run.hpp"
@@ -15,53 +16,15 @@
 
 namespace {
 
-using dvec = std::vector<double>;
-
-//! y = a*x + b with weight gradients (da, db); integer-valued doubles, so sums are exact in any
-//! order (NCCL's order is not the rank-order fold).
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::vector<double> grad = {0, 0};
-    std::map<int, dvec> saved;
-
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit& u, dvec g)
-    {
-        const dvec& x = saved.at(u.microbatch);
-        dvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
-    std::span<double> gradients() { return grad; }
-};
-
-std::vector<affine> make_stages(int n)
-{
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = i % 2 + 1, s[i].b = i;
-    return s;
-}
+using nccl_test::affine;
+using nccl_test::dvec;
+using nccl_test::make_stages;
 
 tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_for_replica(int replica)
 {
     tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
-    io.source = [=](const tpipe::unit& u) { return dvec{double(replica * 10 + u.microbatch), double(u.microbatch - replica), 1.0}; };
-    io.loss = [](const tpipe::unit&, dvec&& y) {
-        for (double& v : y) v = std::fmod(v, 5.0) + 1;
-        return std::move(y);
-    };
+    io.source = [=](const tpipe::unit& u) { return nccl_test::sample(replica, u.microbatch); };
+    io.loss = [](const tpipe::unit&, dvec&& y) { return nccl_test::loss_grad(std::move(y)); };
     return io;
 }
 

@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "fake_transport.hpp"
 #include "tpipe/cuda/peer_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
@@ -21,50 +22,56 @@ using dvec = std::vector<double>;
 
 namespace {
 
-//! A peer copier whose copies land only when their marker is found complete, on the second query
-//! (a receiver that read before completion would see zeros).
+//! A peer copier with stream semantics: copies on one stream complete in order; a marker covers
+//! every copy issued on its stream before it; a copy lands only when a query finds it complete,
+//! on its second query (a receiver that read before completion would see zeros).
 struct fake_copier {
     using stream_t = int;
-    using marker_t = int;
+    using marker_t = int;  //!< index of the last copy on the stream when recorded (-1: none)
     struct copy {
         void* dst;
         const void* src;
         std::size_t n;
+        stream_t stream;
         int queries = 0;
         bool done = false;
     };
     struct state {
         std::mutex m;
         std::vector<copy> copies;
-        int fail_at = -1;  //!< this copy's marker reports a stream error
+        int fail_at = -1;  //!< this copy reports a stream error
         int issued = 0;
     };
     std::shared_ptr<state> s = std::make_shared<state>();
-    int last = -1;
 
-    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t)
+    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t st)
     {
         std::lock_guard<std::mutex> g(s->m);
-        s->copies.push_back({dst, src, n});
+        s->copies.push_back({dst, src, n, st});
         ++s->issued;
         return 0;
     }
-    marker_t record(stream_t)
+    marker_t record(stream_t st)
     {
         std::lock_guard<std::mutex> g(s->m);
-        return static_cast<int>(s->copies.size()) - 1;
+        for (int i = static_cast<int>(s->copies.size()) - 1; i >= 0; --i)
+            if (s->copies[static_cast<std::size_t>(i)].stream == st) return i;
+        return -1;
     }
     int query(marker_t m)
     {
         std::lock_guard<std::mutex> g(s->m);
-        if (m < 0) return 0;  // no copy recorded (empty payload)
-        copy& c = s->copies[static_cast<std::size_t>(m)];
-        if (m == s->fail_at) return 700;
-        if (!c.done && ++c.queries >= 2) {
+        if (m < 0) return 0;
+        const stream_t st = s->copies[static_cast<std::size_t>(m)].stream;
+        for (int i = 0; i <= m; ++i) {  // in stream order
+            copy& c = s->copies[static_cast<std::size_t>(i)];
+            if (c.stream != st || c.done) continue;
+            if (i == s->fail_at) return 700;
+            if (++c.queries < 2) return 1;
             std::memcpy(c.dst, c.src, c.n);
             c.done = true;
         }
-        return c.done ? 0 : 1;
+        return 0;
     }
     void release(marker_t) noexcept {}
     std::string describe_stream(int rc) const { return "fake stream error " + std::to_string(rc); }
@@ -72,33 +79,16 @@ struct fake_copier {
 
 using peer_transport = tpipe::cuda::basic_peer_transport<fake_copier, tpipe::nccl::fake::host_pool>;
 
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::map<int, dvec> saved;
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit&, dvec g)
-    {
-        for (double& v : g) v *= a;
-        return g;
-    }
-};
+using nccl_test::affine;
 
 tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out, std::map<int, dvec>& dx, std::mutex& m)
 {
     tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
-    io.source = [](const tpipe::unit& u) { return dvec(static_cast<std::size_t>(u.microbatch % 3), double(u.microbatch + 1)); };
+    io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
     io.loss = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         out[u.microbatch] = y;
-        return std::move(y);
+        return nccl_test::loss_grad(std::move(y));
     };
     io.input_grad = [&](const tpipe::unit& u, dvec&& d) {
         std::lock_guard<std::mutex> g(m);
@@ -107,12 +97,7 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out,
     return io;
 }
 
-tpipe::uniform_pipeline<affine> make_pipe(int n)
-{
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = i + 2, s[i].b = -i;
-    return tpipe::uniform_pipeline<affine>(std::move(s));
-}
+tpipe::uniform_pipeline<affine> make_pipe(int n) { return tpipe::uniform_pipeline<affine>(nccl_test::make_stages(n)); }
 
 } // namespace
 
@@ -163,7 +148,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         CHECK(dx == ref_dx);
         // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
         int nonempty = 0;
-        for (int u = 0; u < M; ++u) nonempty += u % 3 != 0;
+        for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
         CHECK(copier.s->issued == 2 * 2 * nonempty);
         CHECK(pool.made == 2 * 2 * M);
     }

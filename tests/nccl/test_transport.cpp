@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "affine.hpp"
 #include "fake_transport.hpp"
 #include "members.hpp"
 #include "tpipe/exec/run.hpp"
@@ -119,39 +120,14 @@ TEST_CASE("nccl channels: a payload for a channel the receiver does not have is 
 
 namespace {
 
-//! y = a*x + b with weight gradients; integer-valued doubles (exact in any order).
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::vector<double> grad = {0, 0};
-    std::map<int, dvec> saved;
+using nccl_test::affine;
+using nccl_test::make_stages;
 
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit& u, dvec g)
-    {
-        const dvec& x = saved.at(u.microbatch);
-        dvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
-};
-
-std::vector<affine> make_stages(int n)
+tpipe::run_options with_watchdog()
 {
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = i % 2 + 1, s[i].b = i;
-    return s;
+    tpipe::run_options o;
+    o.watchdog = std::chrono::seconds(20);
+    return o;
 }
 
 struct recorded {
@@ -161,17 +137,11 @@ struct recorded {
 tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_into(recorded& r, std::mutex& m)
 {
     tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
-    // Sizes differ per microbatch, and microbatch 0's payloads are empty.
-    io.source = [](const tpipe::unit& u) {
-        dvec x(static_cast<std::size_t>(u.microbatch % 4));
-        for (std::size_t i = 0; i < x.size(); ++i) x[i] = double(u.microbatch * 3 + int(i));
-        return x;
-    };
+    io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
     io.loss = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         r.outputs[u.microbatch] = y;
-        for (double& v : y) v = std::fmod(v, 5.0) + 1;
-        return std::move(y);
+        return nccl_test::loss_grad(std::move(y));
     };
     io.input_grad = [&](const tpipe::unit& u, dvec&& dx) {
         std::lock_guard<std::mutex> g(m);
@@ -212,11 +182,7 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
                     std::vector<std::reference_wrapper<affine>>(stages_of[me].begin(), stages_of[me].end()));
                 tpipe::cpu_engine eng(P);
-                tpipe::runner r(pipe, prog, eng, x, [] {
-                    tpipe::run_options o;
-                    o.watchdog = std::chrono::seconds(20);
-                    return o;
-                }());
+                tpipe::runner r(pipe, prog, eng, x, with_watchdog());
                 r.run(io_into(got, m));
                 r.run(io_into(got, m));  // a second iteration over the same channels
             });
@@ -229,4 +195,32 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
             }
         }
     }
+}
+
+TEST_CASE("nccl transport: a stage that fails on one process stops the others with the failure, not a hang",
+          "[nccl][transport]")
+{
+    const int P = 3;
+    const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(6));
+    tpipe::nccl::fake::world w;
+    tpipe::nccl::fake::notice_board board(P);
+    tpipe::nccl::fake::host_pool pool;
+    auto comms = w.init_all(P);
+    const auto layout = tpipe::world::one_rank_per_process(P);
+    std::mutex m;
+    recorded got;
+    const auto start = std::chrono::steady_clock::now();
+    auto errors = on_threads(P, [&](int me) {
+        tpipe::nccl::fake::control ctl(layout, me, board);
+        tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&w}, comms[me], ctl, pool);
+        auto stages = make_stages(P);
+        if (me == 1) stages[1].fail_at_microbatch = 2;
+        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(stages.begin(), stages.end()));
+        tpipe::cpu_engine eng(P);
+        tpipe::runner r(pipe, prog, eng, x, with_watchdog());
+        r.run(io_into(got, m));
+    });
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    CHECK_THAT(errors[1], Catch::Contains("injected fault in B"));
+    for (int p : {0, 2}) CHECK_THAT(errors[p], Catch::Contains("the iteration failed on process 1"));
 }

@@ -23,7 +23,6 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,15 +209,7 @@ private:
         bool await_ready() { return settle(); }
         bool await_suspend(std::coroutine_handle<> h)
         {
-            loop* l = loop::current();
-            if (!l) {
-                while (!settle()) std::this_thread::yield();
-                return false;
-            }
-            node_.handle = h;
-            home_ = l;
-            l->add_poller(this);
-            return true;
+            return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return settle(); });
         }
         void await_resume()
         {

@@ -286,6 +286,26 @@ private:
     std::atomic<std::uint32_t> epoch_{0};
 };
 
+namespace detail {
+//! The await_suspend of an awaiter that a poller completes (MPI requests, CUDA events, NCCL
+//! transfers): on a loop, register `self` as a poller of it (its poll() posts `node` once
+//! `step()` finished) and suspend; on a plain thread, run `step()` here, yielding the core
+//! between tries, and continue without suspending.
+template <class Step>
+bool suspend_polled(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Step&& step)
+{
+    loop* l = loop::current();
+    if (!l) {
+        while (!step()) std::this_thread::yield();
+        return false;
+    }
+    node.handle = h;
+    home = l;
+    l->add_poller(self);
+    return true;
+}
+} // namespace detail
+
 //! A loop with its own thread, driven until the loop_thread is destroyed.
 class loop_thread {
 public:

@@ -44,22 +44,7 @@
 namespace tpipe::mpi {
 
 namespace detail {
-//! The await_suspend shared by tpipe's MPI awaiters: on a loop, register `self` as a poller of
-//! it (its poll() posts `node` once `step()` finished) and suspend; on a plain thread, run
-//! `step()` here, yielding the core between tries, and continue without suspending.
-template <class Step>
-bool suspend_polled(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Step&& step)
-{
-    loop* l = loop::current();
-    if (!l) {
-        while (!step()) std::this_thread::yield();
-        return false;
-    }
-    node.handle = h;
-    home = l;
-    l->add_poller(self);
-    return true;
-}
+using tpipe::detail::suspend_polled;  // tpipe/exec/loop.hpp: the await_suspend of polled awaiters
 } // namespace detail
 
 //! Whether MPI_Cancel applies to a request (point-to-point) or not (nonblocking collective).

@@ -253,7 +253,7 @@ private:
         bool await_ready() { return settle(); }
         bool await_suspend(std::coroutine_handle<> h)
         {
-            return detail::suspend_on_loop(this, node, home, h, [this] { return settle(); });
+            return tpipe::detail::suspend_polled(this, node, home, h, [this] { return settle(); });
         }
         void await_resume()
         {

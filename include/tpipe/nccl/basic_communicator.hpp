@@ -228,9 +228,14 @@ public:
         s_->rank = rank;
         s_->size = size;
         s_->opts = o;
-        s_->stream = s_->api.stream_create();
-        s_->owns_stream = true;
-        s_->scratch = s_->api.device_alloc(sizeof(std::int32_t));
+        try {
+            s_->stream = s_->api.stream_create();
+            s_->owns_stream = true;
+            s_->scratch = s_->api.device_alloc(sizeof(std::int32_t));
+        } catch (...) {
+            release();  // the NCCL communicator is ours: destroy it
+            throw;
+        }
     }
     basic_communicator(basic_communicator&&) noexcept = default;
     basic_communicator& operator=(basic_communicator&& o) noexcept

@@ -2,34 +2,16 @@
 // detail::polled_completion: an awaitable that completes once the work recorded on a stream
 // (an api marker) has completed, polled from the current tpipe::loop alongside a health check.
 // The fake api's after() is this; the real api's after() is tpipe::cuda::after, which does the
-// same with the CUDA engine's pooled events. detail::suspend_on_loop registers a poller of the
-// current loop (or, on a thread that drives no loop, spins there).
+// same with the CUDA engine's pooled events.
 #include <coroutine>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/loop.hpp"
 
 namespace tpipe::nccl::detail {
-
-//! Registers `self` with the current loop (its poll() posts `node`), or, with no loop, runs
-//! `done()` on this thread until true and continues without suspending.
-template <class Done>
-bool suspend_on_loop(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Done&& done)
-{
-    loop* l = loop::current();
-    if (!l) {
-        while (!done()) std::this_thread::yield();
-        return false;
-    }
-    node.handle = h;
-    home = l;
-    l->add_poller(self);
-    return true;
-}
 
 template <class Api, class Check>
 class [[nodiscard]] polled_completion final : private poller {
@@ -53,7 +35,7 @@ public:
     bool await_ready() { return settle(); }
     bool await_suspend(std::coroutine_handle<> h)
     {
-        return suspend_on_loop(this, node_, home_, h, [this] { return settle(); });
+        return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return settle(); });
     }
     void await_resume()
     {
