@@ -53,8 +53,10 @@ void BM_bookkeeping(benchmark::State& state, const std::string& schedule)
     d.set_immediate(true);
     the_driver = &d;
     const auto prog = tpipe::make_schedule(schedule).program(tpipe::topology{P}, tpipe::microbatches(4 * P));
-    tpipe::cuda::basic_engine<fake::driver> gpu(d, {.gpu_of_device = std::vector<int>(static_cast<std::size_t>(P), 0), .completion = mode});
     tpipe::cpu_engine cpu(P);
+    // The same loop threads on both sides (cpu_engine: at most one per core).
+    tpipe::cuda::basic_engine<fake::driver> gpu(
+        d, {.gpu_of_device = std::vector<int>(static_cast<std::size_t>(P), 0), .threads = cpu.threads(), .completion = mode});
     tpipe::uniform_pipeline<empty_stage> pipe(std::vector<empty_stage>(static_cast<std::size_t>(prog.stages())));
     tpipe::runner<decltype(pipe), tpipe::cuda::basic_engine<fake::driver>> on_gpu(pipe, prog, gpu);
     tpipe::runner<decltype(pipe), tpipe::cpu_engine> on_cpu(pipe, prog, cpu);

@@ -105,6 +105,12 @@ public:
         *gpu = s->gpu;
         return 0;
     }
+    int stream_query(stream_type s)
+    {
+        std::lock_guard<std::mutex> g(m_);
+        if (s->failed) return s->failed;
+        return s->ops.empty() ? 0 : code::not_ready;
+    }
     int event_create(event_type* e)
     {
         std::lock_guard<std::mutex> g(m_);
@@ -132,7 +138,6 @@ public:
         if (e->error) return e->error;
         return e->completed >= e->recorded ? 0 : code::not_ready;
     }
-    int stream_wait_event(stream_type, event_type) { return 0; }
     int launch_host_func(stream_type s, void (*fn)(void*), void* data)
     {
         {

@@ -136,6 +136,7 @@ TEST_CASE("a kernel that fails on the device is the run's error naming rank, sta
             tpipe::run_options opts;
             opts.watchdog = std::chrono::seconds(2);
             if (mode == completion_mode::host_func && w.f.code > 0) {
+                opts.watchdog = std::chrono::milliseconds(300);
                 // A failed stream runs no host function (CUDA says so), so only the watchdog ends
                 // the wait: host_func mode cannot name a device error (event_poll does).
                 CHECK_THROWS_AS(synth::run_collect(pipe, prog, eng, opts), tpipe::watchdog_error);
@@ -182,6 +183,7 @@ TEST_CASE("a GPU that never finishes is the watchdog's error naming who waits fo
             CHECK(contains(e.what(), "rank 0 (device 0) waits at action"));
         }
         CHECK(eng.waiting_for(1).empty());  // the cancelled compute is no longer waiting
+        CHECK(!eng.cancelled());            // the cancellation ended with the iteration
         // The GPU recovers: the next iteration on the same engine is exact again.
         d.stall(eng.compute_stream(1), false);
         auto fresh = synth::make_gpu_uniform<true>(2, d);

@@ -71,7 +71,7 @@ public:
     //! Refuses an empty placement, negative or absent GPUs, a stream list of the wrong length, a
     //! user stream on another GPU and a thread count outside [0, devices]; throws cuda_error if
     //! the driver cannot make the streams.
-    basic_engine(D& d, options o) : d_(d), opts_(std::move(o)), events_(d), memory_(d, events_, opts_.memory)
+    basic_engine(D& d, options o) : d_(d), opts_(std::move(o)), events_(d), memory_(d, events_, opts_.memory), host_waits_(d)
     {
         const int n = static_cast<int>(opts_.gpu_of_device.size());
         if (n < 1)
@@ -111,7 +111,7 @@ public:
     ~basic_engine()
     {
         loops_.clear();
-        host_waits_.reset();
+        host_waits_.close();  // asks the streams which host functions will never run
         destroy_streams();
     }
 
@@ -297,7 +297,7 @@ private:
     options opts_;
     basic_event_pool<D> events_;
     basic_memory_pool<D> memory_;
-    host_func_waits host_waits_;
+    basic_host_func_waits<D> host_waits_;
     std::vector<device_state> devices_;
     std::unique_ptr<std::atomic<int>[]> waiting_;  //!< per device: computes suspended on the GPU
     std::vector<std::unique_ptr<loop_thread>> loops_;

@@ -26,11 +26,11 @@ struct runtime_driver {
     int stream_create(cudaStream_t* s) noexcept { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
     int stream_destroy(cudaStream_t s) noexcept { return cudaStreamDestroy(s); }
     int stream_device(cudaStream_t s, int* gpu) noexcept { return cudaStreamGetDevice(s, gpu); }
+    int stream_query(cudaStream_t s) noexcept { return cudaStreamQuery(s); }
     int event_create(cudaEvent_t* e) noexcept { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); }
     int event_destroy(cudaEvent_t e) noexcept { return cudaEventDestroy(e); }
     int event_record(cudaEvent_t e, cudaStream_t s) noexcept { return cudaEventRecord(e, s); }
     int event_query(cudaEvent_t e) noexcept { return cudaEventQuery(e); }
-    int stream_wait_event(cudaStream_t s, cudaEvent_t e) noexcept { return cudaStreamWaitEvent(s, e, 0); }
     int launch_host_func(cudaStream_t s, void (*fn)(void*), void* data) noexcept { return cudaLaunchHostFunc(s, fn, data); }
     int last_error() noexcept { return cudaGetLastError(); }
     int malloc_device(void** p, std::size_t n) noexcept { return cudaMalloc(p, n); }

@@ -174,6 +174,9 @@ public:
                           true);
                 return true;
             });
+        // Every rank finished: nothing waits on the engine any more, so its cancellation (if
+        // the iteration failed) must not outlive the iteration.
+        if constexpr (requires { eng_.reset_cancel(); }) eng_.reset_cancel();
         roots.clear();
         tasks.clear();
         frame_.io = nullptr;
