@@ -5,6 +5,7 @@
 
 #include "gpt_cuda/basic_pipeline.hpp"
 #include "gpt_cuda/model.hpp"
+#include "gpt_cuda/payload.hpp"
 
 namespace gpt::cuda {
 
