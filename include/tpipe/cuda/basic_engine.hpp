@@ -96,13 +96,14 @@ public:
         devices_.reserve(static_cast<std::size_t>(n));
         try {
             for (int dev = 0; dev < n; ++dev) add_device(dev);
+            const int threads = opts_.threads == 0 ? n : opts_.threads;
+            const loop::options idle = opts_.idle ? *opts_.idle : cpu_engine::default_loop_options(threads);
+            for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
         } catch (...) {
+            loops_.clear();
             destroy_streams();
             throw;
         }
-        const int threads = opts_.threads == 0 ? n : opts_.threads;
-        const loop::options idle = opts_.idle ? *opts_.idle : cpu_engine::default_loop_options(threads);
-        for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
     }
     basic_engine(const basic_engine&) = delete;
     basic_engine& operator=(const basic_engine&) = delete;

@@ -7,7 +7,7 @@
 // tpipe::cpu_engine runs the function inline on the device's loop thread: the awaitable is
 // always ready, so an action costs a function call, not a thread hop.
 //
-// A CUDA engine (issue 12, not built yet) is to satisfy the same concept without changes to
+// tpipe::cuda::engine (tpipe/cuda/engine.hpp) satisfies the same concept without changes to
 // stages or schedules: its compute awaitable enqueues the function's kernels on the device's
 // compute stream, records a pooled timing-disabled event, registers a tpipe::poller with the
 // device's loop (cudaEventQuery), and suspends; the loop resumes the coroutine when the event
