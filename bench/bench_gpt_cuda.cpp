@@ -7,8 +7,8 @@
 //   overhead, no overlap between stages). Counters: tokens/s of each, and pipelined_over_graph
 //   (tokens/s ratio; the goal is >= 0.95). Both sides upload nothing per iteration but the
 //   pipelined side's batch tokens (begin_step), which is part of a training step.
-//   BM_gpt_cuda_bf16: the same with bf16 storage (the pipelined side also refreshes the weights'
-//   bf16 copy each step, as training must).
+//   BM_gpt_cuda_bf16: the same with bf16 storage (no optimizer step runs, so neither side
+//   converts the weights again after the first iteration).
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
