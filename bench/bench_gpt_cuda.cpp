@@ -1,12 +1,14 @@
 // The CUDA GPT on one GPU (needs a GPU; without one every benchmark reports why and is skipped).
 //
-// BM_gpt_cuda/<schedule>/<slicer>/P   a GPT (d 768, 12 heads, 8 layers, 8 x 512 tokens) cut into P
+// BM_gpt_cuda_fp32/<schedule>_<slicer>/P   a GPT (d 768, 12 heads, 8 layers, 8 x 512 tokens) cut into P
 //   stages on GPU 0, one compute stream each, trained forward + backward by tpipe::run on
 //   cuda::engine, against its peer in the same run: the same parts, units and kernels enqueued in
 //   order on one stream, captured once into a CUDA graph and replayed (no launch or runtime
 //   overhead, no overlap between stages). Counters: tokens/s of each, and pipelined_over_graph
 //   (tokens/s ratio; the goal is >= 0.95). Both sides upload nothing per iteration but the
 //   pipelined side's batch tokens (begin_step), which is part of a training step.
+//   BM_gpt_cuda_bf16: the same with bf16 storage (no optimizer step runs, so neither side
+//   converts the weights again after the first iteration).
 #include <benchmark/benchmark.h>
 
 #include <cuda_runtime_api.h>
@@ -62,6 +64,7 @@ struct owned_stream {
 };
 
 //! The peer: the pipeline's parts on one stream, one iteration captured as a CUDA graph.
+template <class S>
 class graph_peer {
 public:
     graph_peer(const gpt::parameters<float>& host, int stages, const tpipe::scheme& units, const gpt::batch& b)
@@ -70,8 +73,9 @@ public:
         const auto cuts = gpt::even_layer_cuts(host.cfg.layers, stages);
         for (int i = 0; i < stages; ++i)
             parts_.push_back(
-                std::make_unique<gpt::cuda::part>(params_, cuts[i], cuts[i + 1], i == 0, i + 1 == stages, s_.s));
+                std::make_unique<part>(params_, cuts[i], cuts[i + 1], i == 0, i + 1 == stages, s_.s));
         for (auto& p : parts_) views_.push_back(p.get());
+        params_.template refresh<S>(s_.s);
         for (auto* p : views_) p->begin(&b_);  // uploads the batch and waits: before any capture
         enqueue();  // warm-up: the pool then holds every block the captured iteration takes (same stream)
         TPIPE_CUDA_TRY(cudaStreamSynchronize(s_.s));
@@ -98,7 +102,7 @@ private:
     void enqueue()
     {
         params_.zero_grad(s_.s);
-        gpt::cuda::enqueue_in_order(views_, units_, [](gpt::cuda::part&) {});
+        gpt::cuda::enqueue_in_order(views_, units_, [](part&) {});
     }
     // The captured iteration's buffers go back to the pool when it ends; nothing else allocates from
     // this pool afterwards, so the replays find them where the graph expects them.
@@ -107,11 +111,13 @@ private:
     gpt::cuda::parameters params_;
     tpipe::scheme units_;
     gpt::batch b_;
-    std::vector<std::unique_ptr<gpt::cuda::part>> parts_;
-    std::vector<gpt::cuda::part*> views_;
+    using part = gpt::cuda::basic_part<gpt::cuda::device_backend, S>;
+    std::vector<std::unique_ptr<part>> parts_;
+    std::vector<part*> views_;
     cudaGraphExec_t exec_{};
 };
 
+template <class S>
 void BM_gpt_cuda(benchmark::State& state, const std::string& schedule, const std::string& slicer)
 {
     if (const auto why = no_gpu(); !why.empty()) {
@@ -134,8 +140,8 @@ void BM_gpt_cuda(benchmark::State& state, const std::string& schedule, const std
         tpipe::cuda::engine eng({.gpu_of_device = std::vector<int>(static_cast<std::size_t>(P), 0)});
         owned_stream control;
         gpt::cuda::parameters dev(host, {&eng.memory(), 0}, control.s);
-        gpt::cuda::pipelined_model model(dev, P, control.s);
-        graph_peer peer(host, P, units, b);
+        gpt::cuda::basic_pipelined_model<gpt::cuda::device_backend, S> model(dev, P, control.s);
+        graph_peer<S> peer(host, P, units, b);
         model.step(b, prog, eng);  // warm-up (pool blocks, cuBLAS heuristics)
 
         double pipelined = 0, graph = 0;
@@ -157,11 +163,22 @@ void BM_gpt_cuda(benchmark::State& state, const std::string& schedule, const std
     }
 }
 
+void BM_gpt_cuda_fp32(benchmark::State& state, const std::string& schedule, const std::string& slicer)
+{
+    BM_gpt_cuda<float>(state, schedule, slicer);
+}
+void BM_gpt_cuda_bf16(benchmark::State& state, const std::string& schedule, const std::string& slicer)
+{
+    BM_gpt_cuda<gpt::cuda::bf16>(state, schedule, slicer);
+}
+
 } // namespace
 
-BENCHMARK_CAPTURE(BM_gpt_cuda, 1f1b_microbatch, std::string("1f1b"), std::string("microbatch"))
+BENCHMARK_CAPTURE(BM_gpt_cuda_fp32, 1f1b_microbatch, std::string("1f1b"), std::string("microbatch"))
     ->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_gpt_cuda, terapipe_1f1b_grid, std::string("terapipe-1f1b"), std::string("grid"))
+BENCHMARK_CAPTURE(BM_gpt_cuda_fp32, terapipe_1f1b_grid, std::string("terapipe-1f1b"), std::string("grid"))
     ->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_gpt_cuda_bf16, terapipe_1f1b_grid, std::string("terapipe-1f1b"), std::string("grid"))
+    ->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_MAIN();

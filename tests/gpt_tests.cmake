@@ -39,6 +39,11 @@ if(TPIPE_BUILD_EXAMPLES)
                      --stages 2 --schedule terapipe-1f1b --slicer tokens:8,8,16 --check --json)
     set_tests_properties(gpt_train_cuda PROPERTIES TIMEOUT 300 LABELS gpu PASS_REGULAR_EXPRESSION "\"check_ok\":true"
                          SKIP_REGULAR_EXPRESSION "no usable CUDA GPU")
+    add_test(NAME gpt_train_cuda_bf16
+             COMMAND train_gpt --device cuda --precision bf16 --layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 4
+                     --steps 3 --stages 2 --schedule 1f1b --slicer microbatch:4 --check --json)
+    set_tests_properties(gpt_train_cuda_bf16 PROPERTIES TIMEOUT 300 LABELS gpu PASS_REGULAR_EXPRESSION "\"check_ok\":true"
+                         SKIP_REGULAR_EXPRESSION "no usable CUDA GPU")
   endif()
   add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
   set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)

@@ -79,6 +79,7 @@ struct options {
     int dp = 1;
     std::string transport = "threads";
     std::string device = "cpu";
+    std::string precision = "fp32";
     bool elastic = false;
     bool steps_given = false;
     gpt::elastic_command el;
@@ -109,6 +110,8 @@ const char* usage_text =
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
     "                    --transport, --threads, --trace, --elastic and --slicer terapipe do not apply)\n"
+    "  --precision P     with --device cuda: fp32 (default) or bf16 (bf16 storage, float master weights and\n"
+    "                    sums; --check then compares within 3e-2, and --check-tol defaults to 3e-2)\n"
     "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
@@ -189,6 +192,7 @@ options parse(int argc, char** argv)
         else if (f == "--dp") o.dp = to_int(f, value(), 1);
         else if (f == "--transport") o.transport = value();
         else if (f == "--device") o.device = value();
+        else if (f == "--precision") o.precision = value();
         else if (f == "--untied") o.cfg.tied = false;
         else if (f == "--elastic") o.elastic = true;
         else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
@@ -238,6 +242,7 @@ options parse(int argc, char** argv)
                           o.slicer);
     if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
+    if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
     if (o.device == "cuda") {
         for (const char* f : {"--dp", "--transport", "--threads", "--trace", "--elastic", "--devices", "--alpha",
                               "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
@@ -245,6 +250,9 @@ options parse(int argc, char** argv)
             if (given.count(f)) throw usage_error(std::string(f) + " does not apply with --device cuda");
         if (o.slicer == "terapipe")
             throw usage_error("--slicer terapipe profiles the CPU model; with --device cuda give a fixed slicer");
+        if (o.precision != "fp32" && o.precision != "bf16")
+            throw usage_error("unknown precision '" + o.precision + "'; use fp32 or bf16");
+        if (o.precision == "bf16" && !given.count("--check-tol")) o.check_tol = 3e-2;
 #ifndef TPIPE_GPT_CUDA
         throw usage_error("--device cuda: this train_gpt was built without CUDA (configure with -DTPIPE_ENABLE_CUDA=ON)");
 #endif
@@ -478,8 +486,8 @@ int train_on_cuda(const options& o, const std::string& text)
     }
     return gpt::cuda::train({.cfg = o.cfg, .batch = o.batch, .steps = o.steps, .lr = o.lr, .seed = o.seed,
                              .data_seed = replica::data_seed(o, 0), .ranks = o.stages, .stages = stages,
-                             .schedule = o.schedule, .units = describe(units), .json = o.json, .check = o.check,
-                             .check_tol = o.check_tol},
+                             .schedule = o.schedule, .units = describe(units), .bf16 = o.precision == "bf16",
+                             .json = o.json, .check = o.check, .check_tol = o.check_tol},
                             prog, text);
 #else
     (void)o, (void)text;

@@ -99,3 +99,30 @@ TEST_CASE("pipelined on cuda::engine (stages on one GPU, one stream each) equals
         });
     }
 }
+
+// bf16 storage on the GPU: the tolerance of the host-backend bf16 tests (test_model.cpp: worst
+// seen there 9.5e-3 relative), since cuBLAS rounds its bf16 outputs the same way and differs only
+// in the order of its float sums.
+TEST_CASE("bf16 storage on the GPU: loss, gradients and AdamW steps are the CPU GPT's within bf16's precision",
+          "[cuda][gpt_cuda][bf16]")
+{
+    constexpr double bf16_tol = 3e-2;
+    device_rig rig;
+    check_one_unit<gpt::cuda::bf16>(rig, bf16_tol);
+    check_sliced<gpt::cuda::bf16>(rig, bf16_tol);
+    check_adamw<gpt::cuda::bf16>(rig, bf16_tol);
+}
+
+TEST_CASE("bf16 storage, pipelined on cuda::engine: TeraPipe-1F1B over token slices tracks the CPU GPT",
+          "[cuda][gpt_cuda][bf16][pipeline]")
+{
+    auto cfg = test_config(true);
+    cfg.layers = 4;
+    const auto ref = cpu_training(cfg);
+    const tpipe::batch_shape shape{train_rows, cfg.seq_len};
+    const auto prog = tpipe::make_schedule("terapipe-1f1b")
+                          .program(tpipe::topology{.ranks = 2}, tpipe::token_slicer{{10, 8, 6}}.scheme(shape));
+    tpipe::cuda::engine eng({.gpu_of_device = {0, 0}});
+    engine_rig rig(eng);
+    check_pipelined<gpt::cuda::bf16>(rig, eng, cfg, 2, prog, ref, 3e-2);
+}

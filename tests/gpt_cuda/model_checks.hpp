@@ -22,7 +22,7 @@ struct host_rig {
 };
 
 //! The whole batch as one unit: the loss and every gradient equal the CPU GPT's (tied and untied).
-template <class Rig>
+template <class S = float, class Rig>
 void check_one_unit(Rig& rig, double tol)
 {
     using B = typename Rig::backend;
@@ -34,7 +34,7 @@ void check_one_unit(Rig& rig, double tol)
         const auto b = gpt_test::random_batch(cfg, 3, cfg.seq_len, 11);
         const double loss_cpu = gpt::full_step(cpu, b);
         gpt::cuda::basic_parameters<B> dev(cpu, rig.place(), rig.stream(0));
-        const double loss = gpt::cuda::full_step(dev, b, rig.stream(0));
+        const double loss = gpt::cuda::full_step<S>(dev, b, rig.stream(0));
         gpt::parameters<float> got(cfg);
         dev.download(got, rig.stream(0));
         CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
@@ -45,7 +45,7 @@ void check_one_unit(Rig& rig, double tol)
 
 //! Token-sliced and rows x tokens units through two parts (on two streams where there are
 //! streams) equal the unsliced CPU step.
-template <class Rig>
+template <class S = float, class Rig>
 void check_sliced(Rig& rig, double tol)
 {
     using B = typename Rig::backend;
@@ -60,8 +60,9 @@ void check_sliced(Rig& rig, double tol)
              {tpipe::token_slicer{{7, 9, 8}}.scheme(shape), tpipe::grid_slicer{2, {5, 3, 16}}.scheme(shape)}) {
             INFO((tied ? "tied, " : "untied, ") << units.units() << " units");
             gpt::cuda::basic_parameters<B> dev(cpu, rig.place(), rig.stream(0));
-            gpt::cuda::basic_part<B> p0(dev, 0, 1, true, false, rig.stream(0)), p1(dev, 1, 2, false, true, rig.stream(1));
-            const double loss = gpt::cuda::run_in_order<B>({&p0, &p1}, units, b);
+            gpt::cuda::basic_part<B, S> p0(dev, 0, 1, true, false, rig.stream(0)),
+                p1(dev, 1, 2, false, true, rig.stream(1));
+            const double loss = gpt::cuda::run_in_order<B, S>({&p0, &p1}, units, b);
             gpt::parameters<float> got(cfg);
             dev.download(got, rig.stream(0));
             CHECK(std::abs(loss - loss_cpu) <= tol * std::abs(loss_cpu));
@@ -72,7 +73,7 @@ void check_sliced(Rig& rig, double tol)
 
 //! Three AdamW steps: the losses, the gradient norms the optimizer saw and the final weights
 //! track the CPU model's.
-template <class Rig>
+template <class S = float, class Rig>
 void check_adamw(Rig& rig, double tol)
 {
     using B = typename Rig::backend;
@@ -84,7 +85,7 @@ void check_adamw(Rig& rig, double tol)
     gpt::cuda::basic_adamw<B> opt(dev, {.lr = 1e-3}, rig.stream(0));
     for (int i = 0; i < train_steps; ++i) {
         const auto at = static_cast<std::size_t>(i);
-        const double loss = gpt::cuda::full_step(dev, train_batch(cfg, i), rig.stream(0));
+        const double loss = gpt::cuda::full_step<S>(dev, train_batch(cfg, i), rig.stream(0));
         CHECK(std::abs(loss - ref.losses[at]) <= tol * ref.losses[at]);
         opt.step(rig.stream(0));
         CHECK(std::abs(opt.last_grad_norm() - ref.grad_norms[at]) <= tol * ref.grad_norms[at]);
@@ -97,7 +98,7 @@ void check_adamw(Rig& rig, double tol)
 //! The pipelined model trained `train_steps` AdamW steps under `prog` on `eng` gives the losses
 //! and weights of the CPU GPT trained without a pipeline (ref, cpu_training(cfg)).
 //! after_step(i) runs after each step (the GPU test counts the pool's driver allocations there).
-template <class Rig, class Engine>
+template <class S = float, class Rig, class Engine>
 void check_pipelined(Rig& rig, Engine& eng, const gpt::config& cfg, int stages, const tpipe::program& prog,
                      const reference& ref, double tol, const std::function<void(int)>& after_step = {})
 {
@@ -105,7 +106,7 @@ void check_pipelined(Rig& rig, Engine& eng, const gpt::config& cfg, int stages, 
     gpt::parameters<float> host(cfg);
     host.init(3);
     gpt::cuda::basic_parameters<B> dev(host, rig.place(), rig.stream(0));
-    gpt::cuda::basic_pipelined_model<B> model(dev, stages, rig.stream(0));
+    gpt::cuda::basic_pipelined_model<B, S> model(dev, stages, rig.stream(0));
     gpt::cuda::basic_adamw<B> opt(dev, {.lr = 1e-3}, rig.stream(0));
     for (int i = 0; i < train_steps; ++i) {
         const auto at = static_cast<std::size_t>(i);

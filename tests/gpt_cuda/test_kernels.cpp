@@ -336,10 +336,10 @@ TEST_CASE("row-major products as cuBLAS's column-major operands (the host backen
                 CHECK(rel_err(c, c_ref) < tol);
             }
     std::vector<float> c(m * n);
-    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), 2, 1}, {b.data(), n, 1}, c.data(), n, false),
+    CHECK_THROWS_WITH((blas.gemm<float, float>(m, n, k, {a.data(), 2, 1}, {b.data(), n, 1}, c.data(), n, false)),
                       Catch::Matchers::Contains("operand A has leading dimension 2, cuBLAS needs at least 3"));
-    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c.data(), n - 1, false),
+    CHECK_THROWS_WITH((blas.gemm<float, float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1}, c.data(), n - 1, false)),
                       Catch::Matchers::Contains("C has leading dimension 6, cuBLAS needs at least 7"));
-    CHECK_THROWS_WITH(blas.gemm(m, n, k, {a.data(), k, 2}, {b.data(), n, 1}, c.data(), n, false),
+    CHECK_THROWS_WITH((blas.gemm<float, float>(m, n, k, {a.data(), k, 2}, {b.data(), n, 1}, c.data(), n, false)),
                       Catch::Matchers::Contains("operand A has strides (3, 2); one of them must be 1"));
 }

@@ -70,6 +70,30 @@ TEST_CASE("host backend: the part refuses units out of causal order, bad tokens 
     gpt::cuda::basic_activation<backend> wrong{2, 8, gpt::cuda::host_buffer(2 * 7 * 32 * sizeof(float))};
     CHECK_THROWS_WITH(second.forward({0, 0, 0, 2, 0, 8}, std::move(wrong)),
                       Contains("forward input of microbatch 0 tokens [0,8) has shape [2,8] and 1792 bytes; the unit "
-                               "needs [2,8,32] floats"));
+                               "needs [2,8,32] values of 4 bytes"));
     CHECK_THROWS_AS(part(dev, 1, 3, false, true, 0), tpipe::invalid_argument);
+}
+
+// bf16 storage (activations, caches, the weights the GEMMs read; float master weights,
+// gradients, statistics and sums), run on the host with the device's rounding, against the CPU
+// GPT in float. bf16 keeps 8 significant bits: each stored value is off by up to 2^-9 relative,
+// and a step stores every activation a few times on its way, so the gradients differ by about
+// 1e-2 relative; the tolerance is 3e-2.
+namespace {
+constexpr double bf16_tol = 3e-2;
+using gpt::cuda::bfloat16;
+} // namespace
+
+TEST_CASE("host backend, bf16 storage: the loss and every gradient are the CPU GPT's within bf16's precision",
+          "[gpt_cuda][model][bf16]")
+{
+    host_rig rig;
+    check_one_unit<bfloat16>(rig, bf16_tol);
+    check_sliced<bfloat16>(rig, bf16_tol);
+}
+
+TEST_CASE("host backend, bf16 storage: AdamW steps track the CPU model", "[gpt_cuda][model][bf16]")
+{
+    host_rig rig;
+    check_adamw<bfloat16>(rig, bf16_tol);
 }

@@ -3,6 +3,7 @@
 #include "gpt_cuda/gemm_operands.hpp"
 
 #include <string>
+#include <type_traits>
 
 #include <tpipe/core/error.hpp>
 #include <tpipe/cuda/cuda_error.hpp>
@@ -27,14 +28,16 @@ blas::~blas() { cublasDestroy(handle_); }
 
 void blas::bind(cudaStream_t stream) { cublas_try(cublasSetStream(handle_, stream), "cublasSetStream"); }
 
-void blas::gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a, mat<float> b, float* c, std::int64_t ldc,
-                bool accumulate)
+template <class T>
+constexpr cudaDataType_t data_type()
 {
-    gemm_batched(1, m, n, k, a, 0, b, 0, c, ldc, 0, accumulate);
+    if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+    else return CUDA_R_16BF;
 }
 
-void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a,
-                        std::int64_t stride_a, mat<float> b, std::int64_t stride_b, float* c, std::int64_t ldc,
+template <class S, class C>
+void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<S> a,
+                        std::int64_t stride_a, mat<S> b, std::int64_t stride_b, C* c, std::int64_t ldc,
                         std::int64_t stride_c, bool accumulate)
 {
     if (m == 0 || n == 0 || batch == 0) return;
@@ -42,16 +45,29 @@ void blas::gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std:
     check_leading_dimensions(A, B, m, n, k, ldc);
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     if (batch == 1) {
-        cublas_try(cublasSgemm(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one, b.data, B.ld,
-                               a.data, A.ld, &beta, c, blas_int(ldc, "ldc")),
-                   "cublasSgemm");
+        cublas_try(cublasGemmEx(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one, b.data,
+                                data_type<S>(), B.ld, a.data, data_type<S>(), A.ld, &beta, c, data_type<C>(),
+                                blas_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
         return;
     }
-    cublas_try(cublasSgemmStridedBatched(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"), &one,
-                                         b.data, B.ld, stride_b, a.data, A.ld, stride_a, &beta, c, blas_int(ldc, "ldc"),
-                                         stride_c, blas_int(batch, "batch")),
-               "cublasSgemmStridedBatched");
+    cublas_try(cublasGemmStridedBatchedEx(handle_, op(B), op(A), blas_int(n, "n"), blas_int(m, "m"), blas_int(k, "k"),
+                                          &one, b.data, data_type<S>(), B.ld, stride_b, a.data, data_type<S>(), A.ld,
+                                          stride_a, &beta, c, data_type<C>(), blas_int(ldc, "ldc"), stride_c,
+                                          blas_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx");
 }
+
+template void blas::gemm_batched<float, float>(std::int64_t, std::int64_t, std::int64_t, std::int64_t, mat<float>,
+                                               std::int64_t, mat<float>, std::int64_t, float*, std::int64_t,
+                                               std::int64_t, bool);
+template void blas::gemm_batched<__nv_bfloat16, __nv_bfloat16>(std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                                               mat<__nv_bfloat16>, std::int64_t, mat<__nv_bfloat16>,
+                                                               std::int64_t, __nv_bfloat16*, std::int64_t, std::int64_t,
+                                                               bool);
+template void blas::gemm_batched<__nv_bfloat16, float>(std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                                                       mat<__nv_bfloat16>, std::int64_t, mat<__nv_bfloat16>,
+                                                       std::int64_t, float*, std::int64_t, std::int64_t, bool);
 
 void blas::add(std::int64_t count, const float* x, float* y)
 {

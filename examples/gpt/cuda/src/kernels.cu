@@ -3,6 +3,7 @@
 #include "gpt_cuda/device_executor.hpp"
 
 #include <cub/block/block_reduce.cuh>
+#include <cuda_bf16.h>
 
 #include <cmath>
 #include <string>
@@ -121,24 +122,34 @@ void device_executor::elements(std::int64_t n, const Body& body)
     TPIPE_CUDA_TRY(cudaGetLastError());
 }
 
-#define GPT_CUDA_ROWS(B) template void device_executor::rows<body::B>(std::int64_t, std::int64_t, const body::B&);
-#define GPT_CUDA_ELEMENTS(B) template void device_executor::elements<body::B>(std::int64_t, const body::B&);
-GPT_CUDA_ROWS(layernorm_forward)
-GPT_CUDA_ROWS(layernorm_backward)
-GPT_CUDA_ROWS(causal_softmax_forward)
-GPT_CUDA_ROWS(causal_softmax_backward)
-GPT_CUDA_ROWS(softmax_cross_entropy)
+#define GPT_CUDA_ROWS(...) \
+    template void device_executor::rows<body::__VA_ARGS__>(std::int64_t, std::int64_t, const body::__VA_ARGS__&);
+#define GPT_CUDA_ELEMENTS(...) \
+    template void device_executor::elements<body::__VA_ARGS__>(std::int64_t, const body::__VA_ARGS__&);
+// Every body in float32 and in bf16 storage (the K/V copy also from the float gradient
+// accumulators into bf16 qkv).
+#define GPT_CUDA_STORAGE(S)                  \
+    GPT_CUDA_ROWS(layernorm_forward<S>)       \
+    GPT_CUDA_ROWS(layernorm_backward<S>)      \
+    GPT_CUDA_ROWS(causal_softmax_forward<S>)  \
+    GPT_CUDA_ROWS(causal_softmax_backward<S>) \
+    GPT_CUDA_ROWS(softmax_cross_entropy<S>)   \
+    GPT_CUDA_ELEMENTS(bias_gelu_forward<S>)   \
+    GPT_CUDA_ELEMENTS(gelu_backward<S>)       \
+    GPT_CUDA_ELEMENTS(add_bias_residual<S>)   \
+    GPT_CUDA_ELEMENTS(column_sum<S>)          \
+    GPT_CUDA_ELEMENTS(layernorm_gain_grad<S>) \
+    GPT_CUDA_ELEMENTS(embedding_forward<S>)   \
+    GPT_CUDA_ELEMENTS(embedding_backward<S>)  \
+    GPT_CUDA_ELEMENTS(kv_cache_copy<S, S>)    \
+    GPT_CUDA_ELEMENTS(convert<S>)
+GPT_CUDA_STORAGE(float)
+GPT_CUDA_STORAGE(__nv_bfloat16)
+GPT_CUDA_ELEMENTS(kv_cache_copy<__nv_bfloat16, float>)
 GPT_CUDA_ROWS(sum_of_squares)
 GPT_CUDA_ROWS(sum_doubles)
-GPT_CUDA_ELEMENTS(bias_gelu_forward)
-GPT_CUDA_ELEMENTS(gelu_backward)
-GPT_CUDA_ELEMENTS(add_bias_residual)
-GPT_CUDA_ELEMENTS(column_sum)
-GPT_CUDA_ELEMENTS(layernorm_gain_grad)
-GPT_CUDA_ELEMENTS(embedding_forward)
-GPT_CUDA_ELEMENTS(embedding_backward)
-GPT_CUDA_ELEMENTS(kv_cache_copy)
 GPT_CUDA_ELEMENTS(adamw_update)
+#undef GPT_CUDA_STORAGE
 #undef GPT_CUDA_ROWS
 #undef GPT_CUDA_ELEMENTS
 

@@ -49,8 +49,12 @@ void device_backend::received(buffer& b)
 
 template class basic_parameters<device_backend>;
 template class basic_part<device_backend>;
+template class basic_part<device_backend, bf16>;
 template class basic_adamw<device_backend>;
-template double full_step<device_backend>(parameters&, const gpt::batch&, cudaStream_t);
-template double run_in_order<device_backend>(const std::vector<part*>&, const tpipe::scheme&, const gpt::batch&);
+template double full_step<float, device_backend>(parameters&, const gpt::batch&, cudaStream_t);
+template double full_step<bf16, device_backend>(parameters&, const gpt::batch&, cudaStream_t);
+template double run_in_order<device_backend, float>(const std::vector<part*>&, const tpipe::scheme&, const gpt::batch&);
+template double run_in_order<device_backend, bf16>(const std::vector<part_bf16*>&, const tpipe::scheme&,
+                                                   const gpt::batch&);
 
 } // namespace gpt::cuda

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <type_traits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,6 +62,7 @@ public:
         check(host, "upload");
         b_.set_stream(stream);
         b_.upload(value_, host.value.data(), bytes());
+        changed();
     }
     //! Copies values and gradients into `host` (waits for `stream`).
     void download(gpt::parameters<float>& host, typename B::stream_type stream)
@@ -82,6 +84,36 @@ public:
     float* values() const { return value_.template data_as<float>(); }
     float* grads() const { return grad_.template data_as<float>(); }
 
+    //! The values in the storage type S that the GEMMs read: the float values themselves, or for
+    //! another S (bf16) a copy that refresh<S>() makes. A part refuses to run on a stale copy.
+    template <class S>
+    const S* values_as() const
+    {
+        if constexpr (std::is_same_v<S, float>) {
+            return values();
+        } else {
+            if (copy_version_ != version_ || copy_element_ != sizeof(S))
+                throw tpipe::invalid_argument("gpt::cuda::parameters: the values changed since the last refresh() "
+                                              "of their storage-type copy (call refresh after upload or an optimizer step)");
+            return copy_.template data_as<S>();
+        }
+    }
+    //! Makes the storage-type copy current (nothing for float).
+    template <class S>
+    void refresh(typename B::stream_type stream)
+    {
+        if constexpr (!std::is_same_v<S, float>) {
+            if (copy_version_ == version_ && copy_element_ == sizeof(S)) return;
+            b_.set_stream(stream);
+            if (!copy_ || copy_element_ != sizeof(S)) copy_ = b_.alloc(static_cast<std::size_t>(lay.total) * sizeof(S));
+            convert(b_.ex(), value(0, {lay.total}), view_of<S>(copy_, {lay.total}, B::where));
+            copy_version_ = version_;
+            copy_element_ = sizeof(S);
+        }
+    }
+    //! The values changed on the device (an optimizer step): the storage copy is stale.
+    void changed() { ++version_; }
+
     const gpt::config cfg;
     const gpt::layout lay;
     const typename B::place place;
@@ -95,10 +127,13 @@ private:
                                           std::to_string(host.size()) + " values for one of " + std::to_string(lay.total));
     }
     B b_;
-    typename B::buffer value_, grad_;
+    typename B::buffer value_, grad_, copy_;
+    std::uint64_t version_ = 0, copy_version_ = ~std::uint64_t{0};
+    std::size_t copy_element_ = 0;
 };
 
-//! Activations (or their gradients) between parts: [rows, tokens, d_model] floats in B's memory.
+//! Activations (or their gradients) between parts: [rows, tokens, d_model] values of the parts'
+//! storage type in B's memory.
 template <class B>
 struct basic_activation {
     std::int64_t rows = 0;
@@ -108,7 +143,10 @@ struct basic_activation {
 
 //! A contiguous range of the model (see gpt::part, whose contract it follows, refusing units out
 //! of causal order with tpipe::invalid_argument). Work goes to the part's stream (set_stream).
-template <class B>
+//! S is the storage type of activations, caches and the weights the GEMMs read (float, or bf16
+//! with float master weights, gradients, LayerNorm statistics and K/V gradient accumulators);
+//! every sum is taken in float.
+template <class B, class S = float>
 class basic_part {
 public:
     using activation = basic_activation<B>;
@@ -218,9 +256,25 @@ private:
                std::to_string(u.token_end) + ")";
     }
     buffer floats(std::int64_t count) { return b_.alloc(static_cast<std::size_t>(count) * sizeof(float)); }
+    //! `count` values of the storage type.
+    buffer store(std::int64_t count) { return b_.alloc(static_cast<std::size_t>(count) * sizeof(S)); }
     tensor<float> f(const buffer& b, shape s, std::int64_t offset = 0) const
     {
         return view_of<float>(b, s, B::where, offset);
+    }
+    tensor<S> st(const buffer& b, shape s, std::int64_t offset = 0) const { return view_of<S>(b, s, B::where, offset); }
+    static S* at(const buffer& b) { return b.template data_as<S>(); }
+    //! The GEMMs, storage-type operands, C of the storage type or float.
+    template <class C>
+    void mm(std::int64_t m, std::int64_t n, std::int64_t k, mat<S> a, mat<S> b, C* c, std::int64_t ldc, bool acc)
+    {
+        b_.gemms().template gemm<S, C>(m, n, k, a, b, c, ldc, acc);
+    }
+    template <class C>
+    void mm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<S> a, std::int64_t sa,
+                    mat<S> b, std::int64_t sb, C* c, std::int64_t ldc, std::int64_t sc, bool acc)
+    {
+        b_.gemms().template gemm_batched<S, C>(batch, m, n, k, a, sa, b, sb, c, ldc, sc, acc);
     }
     template <class T>
     tensor<T> t(const buffer& b, shape s, std::int64_t offset = 0) const
@@ -232,10 +286,11 @@ private:
     {
         const std::int64_t d = params_->cfg.d_model, n = u.rows() * u.tokens();
         if (a.rows != u.rows() || a.tokens != u.tokens() || !a.data ||
-            static_cast<std::int64_t>(a.data.bytes()) != n * d * std::int64_t(sizeof(float)))
+            static_cast<std::int64_t>(a.data.bytes()) != n * d * std::int64_t(sizeof(S)))
             refuse(std::string(what) + " of " + unit_name(u) + " has shape [" + std::to_string(a.rows) + "," +
                    std::to_string(a.tokens) + "] and " + std::to_string(a.data.bytes()) + " bytes; the unit needs [" +
-                   std::to_string(u.rows()) + "," + std::to_string(u.tokens()) + "," + std::to_string(d) + "] floats");
+                   std::to_string(u.rows()) + "," + std::to_string(u.tokens()) + "," + std::to_string(d) + "] values of " +
+                   std::to_string(sizeof(S)) + " bytes");
         b_.received(a.data);
         return std::move(a.data);
     }
@@ -253,8 +308,8 @@ private:
     std::map<std::pair<int, int>, unit_saved> units_;
 };
 
-template <class B>
-auto basic_part<B>::forward(const tpipe::unit& u, activation in) -> activation
+template <class B, class S>
+auto basic_part<B, S>::forward(const tpipe::unit& u, activation in) -> activation
 {
     const gpt::config& cfg = params_->cfg;
     if (!data_) refuse("forward() before begin()");
@@ -274,15 +329,17 @@ auto basic_part<B>::forward(const tpipe::unit& u, activation in) -> activation
         refuse("forward of " + unit_name(u) + " out of causal order (its earlier tokens must go first, same rows)");
     }
     if (units_.count({u.microbatch, u.slice})) refuse("forward of " + unit_name(u) + " twice");
-    buffer x = first_ ? floats(n * d) : take(std::move(in), u, "forward input");
+    const basic_parameters<B>& P = *params_;
+    const S* W = P.template values_as<S>();  // refuses a stale storage copy before any state changes
+    buffer x = first_ ? store(n * d) : take(std::move(in), u, "forward input");
     if (t0 == 0) {  // the microbatch's K/V caches and zeroed K/V gradient accumulators
         it = mbs_.try_emplace(u.microbatch).first;
         auto& fresh = it->second;
         fresh.rows = rows;
         fresh.row_begin = u.row_begin;
         for (int l = l0_; l < l1_; ++l) {
-            fresh.k.push_back(floats(rows * Lb * d));
-            fresh.v.push_back(floats(rows * Lb * d));
+            fresh.k.push_back(store(rows * Lb * d));
+            fresh.v.push_back(store(rows * Lb * d));
             fresh.dk.push_back(floats(rows * Lb * d));
             fresh.dv.push_back(floats(rows * Lb * d));
             b_.zero(fresh.dk.back());
@@ -294,62 +351,55 @@ auto basic_part<B>::forward(const tpipe::unit& u, activation in) -> activation
     auto& us = units_[{u.microbatch, u.slice}];
     us.layers.resize(static_cast<std::size_t>(l1_ - l0_));
 
-    const basic_parameters<B>& P = *params_;
-    const float* W = P.values();
     auto& ex = b_.ex();
-    auto& blas = b_.gemms();
     if (first_)
         embedding_forward(ex, unit_extent{u.row_begin, rows, t0, s}, t<const std::int32_t>(inputs_, {bt.rows, Lb}),
-                          P.value(P.lay.wte, {cfg.vocab, d}), P.value(P.lay.wpe, {cfg.seq_len, d}), f(x, {n, d}));
+                          P.value(P.lay.wte, {cfg.vocab, d}), P.value(P.lay.wpe, {cfg.seq_len, d}), st(x, {n, d}));
 
     const float scale = 1.0f / std::sqrt(float(dh));
     for (int l = l0_; l < l1_; ++l) {
         const auto& bl = P.lay.blocks[static_cast<std::size_t>(l)];
         const std::size_t li = static_cast<std::size_t>(l - l0_);
         auto& sv = us.layers[li];
-        const float* K = mb.k[li].template data_as<float>();
-        const float* Vc = mb.v[li].template data_as<float>();
+        const S* K = at(mb.k[li]);
+        const S* Vc = at(mb.v[li]);
         sv.x = std::move(x);
-        sv.ln1 = floats(n * d);
+        sv.ln1 = store(n * d);
         sv.mean1 = floats(n);
         sv.rstd1 = floats(n);
-        layernorm_forward(ex, f(sv.x, {n, d}), P.value(bl.ln1_g, {d}), P.value(bl.ln1_b, {d}), cfg.ln_eps,
-                          f(sv.ln1, {n, d}), f(sv.mean1, {n}), f(sv.rstd1, {n}));
-        sv.qkv = floats(n * 3 * d);
-        const float* qkv = sv.qkv.template data_as<float>();
-        blas.gemm(n, 3 * d, d, {sv.ln1.template data_as<float>(), d, 1}, {W + bl.w_qkv, 3 * d, 1},
-                  sv.qkv.template data_as<float>(), 3 * d, false);
-        add_bias_residual(ex, P.value(bl.b_qkv, {3 * d}), {}, f(sv.qkv, {n, 3 * d}));
-        kv_cache_copy(ex, t0, true, f(sv.qkv, {n, 3 * d}), f(mb.k[li], {rows, Lb, d}), f(mb.v[li], {rows, Lb, d}));
+        layernorm_forward(ex, st(sv.x, {n, d}), P.value(bl.ln1_g, {d}), P.value(bl.ln1_b, {d}), cfg.ln_eps,
+                          st(sv.ln1, {n, d}), f(sv.mean1, {n}), f(sv.rstd1, {n}));
+        sv.qkv = store(n * 3 * d);
+        const S* qkv = at(sv.qkv);
+        mm(n, 3 * d, d, {at(sv.ln1), d, 1}, {W + bl.w_qkv, 3 * d, 1}, at(sv.qkv), 3 * d, false);
+        add_bias_residual(ex, P.value(bl.b_qkv, {3 * d}), {}, st(sv.qkv, {n, 3 * d}));
+        kv_cache_copy(ex, t0, true, st(sv.qkv, {n, 3 * d}), st(mb.k[li], {rows, Lb, d}), st(mb.v[li], {rows, Lb, d}));
         // Attention per row, batched over heads: S = Q K^T over keys [0, t1), causal softmax, O = P V.
-        sv.probs = floats(rows * H * s * t1);
-        sv.attn = floats(n * d);
-        float* probs = sv.probs.template data_as<float>();
+        sv.probs = store(rows * H * s * t1);
+        sv.attn = store(n * d);
+        S* probs = at(sv.probs);
         for (std::int64_t r = 0; r < rows; ++r)
-            blas.gemm_batched(H, s, t1, dh, {qkv + r * s * 3 * d, 3 * d, 1}, dh, {K + r * Lb * d, 1, d}, dh,
-                              probs + r * H * s * t1, t1, s * t1, false);
-        causal_softmax_forward(ex, t0, scale, f(sv.probs, {rows * H, s, t1}));
+            mm_batched(H, s, t1, dh, {qkv + r * s * 3 * d, 3 * d, 1}, dh, {K + r * Lb * d, 1, d}, dh,
+                       probs + r * H * s * t1, t1, s * t1, false);
+        causal_softmax_forward(ex, t0, scale, st(sv.probs, {rows * H, s, t1}));
         for (std::int64_t r = 0; r < rows; ++r)
-            blas.gemm_batched(H, s, dh, t1, {probs + r * H * s * t1, t1, 1}, s * t1, {Vc + r * Lb * d, d, 1}, dh,
-                              sv.attn.template data_as<float>() + r * s * d, d, dh, false);
-        sv.xmid = floats(n * d);
-        blas.gemm(n, d, d, {sv.attn.template data_as<float>(), d, 1}, {W + bl.w_o, d, 1},
-                  sv.xmid.template data_as<float>(), d, false);
-        add_bias_residual(ex, P.value(bl.b_o, {d}), f(sv.x, {n, d}), f(sv.xmid, {n, d}));
-        sv.ln2 = floats(n * d);
+            mm_batched(H, s, dh, t1, {probs + r * H * s * t1, t1, 1}, s * t1, {Vc + r * Lb * d, d, 1}, dh,
+                       at(sv.attn) + r * s * d, d, dh, false);
+        sv.xmid = store(n * d);
+        mm(n, d, d, {at(sv.attn), d, 1}, {W + bl.w_o, d, 1}, at(sv.xmid), d, false);
+        add_bias_residual(ex, P.value(bl.b_o, {d}), st(sv.x, {n, d}), st(sv.xmid, {n, d}));
+        sv.ln2 = store(n * d);
         sv.mean2 = floats(n);
         sv.rstd2 = floats(n);
-        layernorm_forward(ex, f(sv.xmid, {n, d}), P.value(bl.ln2_g, {d}), P.value(bl.ln2_b, {d}), cfg.ln_eps,
-                          f(sv.ln2, {n, d}), f(sv.mean2, {n}), f(sv.rstd2, {n}));
-        sv.fc = floats(n * F);
-        blas.gemm(n, F, d, {sv.ln2.template data_as<float>(), d, 1}, {W + bl.w_fc, F, 1},
-                  sv.fc.template data_as<float>(), F, false);
-        sv.act = floats(n * F);
-        bias_gelu_forward(ex, P.value(bl.b_fc, {F}), f(sv.fc, {n, F}), f(sv.act, {n, F}));
-        x = floats(n * d);
-        blas.gemm(n, d, F, {sv.act.template data_as<float>(), F, 1}, {W + bl.w_proj, d, 1}, x.template data_as<float>(),
-                  d, false);
-        add_bias_residual(ex, P.value(bl.b_proj, {d}), f(sv.xmid, {n, d}), f(x, {n, d}));
+        layernorm_forward(ex, st(sv.xmid, {n, d}), P.value(bl.ln2_g, {d}), P.value(bl.ln2_b, {d}), cfg.ln_eps,
+                          st(sv.ln2, {n, d}), f(sv.mean2, {n}), f(sv.rstd2, {n}));
+        sv.fc = store(n * F);
+        mm(n, F, d, {at(sv.ln2), d, 1}, {W + bl.w_fc, F, 1}, at(sv.fc), F, false);
+        sv.act = store(n * F);
+        bias_gelu_forward(ex, P.value(bl.b_fc, {F}), st(sv.fc, {n, F}), st(sv.act, {n, F}));
+        x = store(n * d);
+        mm(n, d, F, {at(sv.act), F, 1}, {W + bl.w_proj, d, 1}, at(x), d, false);
+        add_bias_residual(ex, P.value(bl.b_proj, {d}), st(sv.xmid, {n, d}), st(x, {n, d}));
     }
 
     if (!last_) return activation{rows, s, std::move(x)};
@@ -357,25 +407,24 @@ auto basic_part<B>::forward(const tpipe::unit& u, activation in) -> activation
     // Final LayerNorm, head, softmax cross-entropy (row losses summed into loss_sum_).
     const std::int64_t V = cfg.vocab;
     us.xh = std::move(x);
-    us.xf = floats(n * d);
+    us.xf = store(n * d);
     us.meanf = floats(n);
     us.rstdf = floats(n);
-    layernorm_forward(ex, f(us.xh, {n, d}), P.value(P.lay.lnf_g, {d}), P.value(P.lay.lnf_b, {d}), cfg.ln_eps,
-                      f(us.xf, {n, d}), f(us.meanf, {n}), f(us.rstdf, {n}));
-    us.dlogits = floats(n * V);
-    blas.gemm(n, V, d, {us.xf.template data_as<float>(), d, 1}, {W + P.lay.head, 1, d},
-              us.dlogits.template data_as<float>(), V, false);
+    layernorm_forward(ex, st(us.xh, {n, d}), P.value(P.lay.lnf_g, {d}), P.value(P.lay.lnf_b, {d}), cfg.ln_eps,
+                      st(us.xf, {n, d}), f(us.meanf, {n}), f(us.rstdf, {n}));
+    us.dlogits = store(n * V);
+    mm(n, V, d, {at(us.xf), d, 1}, {W + P.lay.head, 1, d}, at(us.dlogits), V, false);
     buffer row_loss = b_.alloc(static_cast<std::size_t>(n) * sizeof(double));
     const float inv_total = 1.0f / float(total_);
     for (std::int64_t r = 0; r < rows; ++r)  // a row's targets are contiguous, the unit's rows are not
         softmax_cross_entropy(ex, t<const std::int32_t>(targets_, {s}, (u.row_begin + r) * Lb + t0), inv_total,
-                              f(us.dlogits, {s, V}, r * s * V), t<double>(row_loss, {s}, r * s));
+                              st(us.dlogits, {s, V}, r * s * V), t<double>(row_loss, {s}, r * s));
     sum_doubles(ex, t<const double>(row_loss, {n}), t<double>(loss_sum_, {1}));
     return activation{rows, s, {}};
 }
 
-template <class B>
-auto basic_part<B>::backward_input(const tpipe::unit& u, activation grad_out) -> activation
+template <class B, class S>
+auto basic_part<B, S>::backward_input(const tpipe::unit& u, activation grad_out) -> activation
 {
     const gpt::config& cfg = params_->cfg;
     if (!data_) refuse("backward() before begin()");
@@ -392,76 +441,71 @@ auto basic_part<B>::backward_input(const tpipe::unit& u, activation grad_out) ->
     if (t1 != expect_end)
         refuse("backward of " + unit_name(u) + " out of reverse token order (expected a slice ending at " +
                std::to_string(expect_end) + ")");
-    buffer dx = last_ ? floats(n * d) : take(std::move(grad_out), u, "backward gradient");
+    const basic_parameters<B>& P = *params_;
+    const S* W = P.template values_as<S>();
+    buffer dx = last_ ? store(n * d) : take(std::move(grad_out), u, "backward gradient");
     mb.backward_at = t0;
     auto& us = uit->second;
     us.input_done = true;
-    const basic_parameters<B>& P = *params_;
-    const float* W = P.values();
     auto& ex = b_.ex();
-    auto& blas = b_.gemms();
 
     if (last_) {
-        us.dxf = floats(n * d);
-        blas.gemm(n, d, cfg.vocab, {us.dlogits.template data_as<float>(), cfg.vocab, 1}, {W + P.lay.head, d, 1},
-                  us.dxf.template data_as<float>(), d, false);
+        us.dxf = store(n * d);
+        mm(n, d, cfg.vocab, {at(us.dlogits), cfg.vocab, 1}, {W + P.lay.head, d, 1}, at(us.dxf), d, false);
         b_.zero(dx);
-        layernorm_backward(ex, f(us.dxf, {n, d}), f(us.xh, {n, d}), f(us.meanf, {n}), f(us.rstdf, {n}),
-                           P.value(P.lay.lnf_g, {d}), f(dx, {n, d}));
+        layernorm_backward(ex, st(us.dxf, {n, d}), st(us.xh, {n, d}), f(us.meanf, {n}), f(us.rstdf, {n}),
+                           P.value(P.lay.lnf_g, {d}), st(dx, {n, d}));
     }
 
     const float scale = 1.0f / std::sqrt(float(dh));
-    buffer dattn = floats(n * d), dp = floats(rows * H * s * t1);
-    float* dpp = dp.template data_as<float>();
-    const float* dO = dattn.template data_as<float>();
+    buffer dattn = store(n * d), dp = store(rows * H * s * t1);
+    S* dpp = at(dp);
+    const S* dO = at(dattn);
     for (int l = l1_ - 1; l >= l0_; --l) {
         const auto& bl = P.lay.blocks[static_cast<std::size_t>(l)];
         const std::size_t li = static_cast<std::size_t>(l - l0_);
         auto& sv = us.layers[li];
-        const float* K = mb.k[li].template data_as<float>();
-        const float* Vc = mb.v[li].template data_as<float>();
+        const S* K = at(mb.k[li]);
+        const S* Vc = at(mb.v[li]);
         float* dK = mb.dk[li].template data_as<float>();
         float* dV = mb.dv[li].template data_as<float>();
         // MLP
-        sv.dout = floats(n * d);
+        sv.dout = store(n * d);
         b_.copy(dx, sv.dout);
-        sv.dfc = floats(n * F);
-        blas.gemm(n, F, d, {sv.dout.template data_as<float>(), d, 1}, {W + bl.w_proj, 1, d},
-                  sv.dfc.template data_as<float>(), F, false);
-        gelu_backward(ex, f(sv.fc, {n, F}), f(sv.dfc, {n, F}));
-        sv.dln2 = floats(n * d);
-        blas.gemm(n, d, F, {sv.dfc.template data_as<float>(), F, 1}, {W + bl.w_fc, 1, F},
-                  sv.dln2.template data_as<float>(), d, false);
-        layernorm_backward(ex, f(sv.dln2, {n, d}), f(sv.xmid, {n, d}), f(sv.mean2, {n}), f(sv.rstd2, {n}),
-                           P.value(bl.ln2_g, {d}), f(dx, {n, d}));
+        sv.dfc = store(n * F);
+        mm(n, F, d, {at(sv.dout), d, 1}, {W + bl.w_proj, 1, d}, at(sv.dfc), F, false);
+        gelu_backward(ex, st(sv.fc, {n, F}), st(sv.dfc, {n, F}));
+        sv.dln2 = store(n * d);
+        mm(n, d, F, {at(sv.dfc), F, 1}, {W + bl.w_fc, 1, F}, at(sv.dln2), d, false);
+        layernorm_backward(ex, st(sv.dln2, {n, d}), st(sv.xmid, {n, d}), f(sv.mean2, {n}), f(sv.rstd2, {n}),
+                           P.value(bl.ln2_g, {d}), st(dx, {n, d}));
         // Attention
-        sv.dproj = floats(n * d);
+        sv.dproj = store(n * d);
         b_.copy(dx, sv.dproj);
-        blas.gemm(n, d, d, {sv.dproj.template data_as<float>(), d, 1}, {W + bl.w_o, 1, d},
-                  dattn.template data_as<float>(), d, false);
-        sv.dqkv = floats(n * 3 * d);
-        const float* probs = sv.probs.template data_as<float>();
-        const float* qkv = sv.qkv.template data_as<float>();
-        float* dqkv = sv.dqkv.template data_as<float>();
-        for (std::int64_t r = 0; r < rows; ++r) {  // dP = dO V^T; dV += P^T dO
-            blas.gemm_batched(H, s, t1, dh, {dO + r * s * d, d, 1}, dh, {Vc + r * Lb * d, 1, d}, dh,
-                              dpp + r * H * s * t1, t1, s * t1, false);
-            blas.gemm_batched(H, t1, dh, s, {probs + r * H * s * t1, 1, t1}, s * t1, {dO + r * s * d, d, 1}, dh,
-                              dV + r * Lb * d, d, dh, true);
+        mm(n, d, d, {at(sv.dproj), d, 1}, {W + bl.w_o, 1, d}, at(dattn), d, false);
+        sv.dqkv = store(n * 3 * d);
+        const S* probs = at(sv.probs);
+        const S* qkv = at(sv.qkv);
+        S* dqkv = at(sv.dqkv);
+        for (std::int64_t r = 0; r < rows; ++r) {  // dP = dO V^T; dV += P^T dO (into the float accumulator)
+            mm_batched(H, s, t1, dh, {dO + r * s * d, d, 1}, dh, {Vc + r * Lb * d, 1, d}, dh, dpp + r * H * s * t1, t1,
+                       s * t1, false);
+            mm_batched(H, t1, dh, s, {probs + r * H * s * t1, 1, t1}, s * t1, {dO + r * s * d, d, 1}, dh,
+                       dV + r * Lb * d, d, dh, true);
         }
-        causal_softmax_backward(ex, t0, scale, f(sv.probs, {rows * H, s, t1}), f(dp, {rows * H, s, t1}));
+        causal_softmax_backward(ex, t0, scale, st(sv.probs, {rows * H, s, t1}), st(dp, {rows * H, s, t1}));
         for (std::int64_t r = 0; r < rows; ++r) {  // dQ = dS K (dqkv's query columns); dK += dS^T Q
-            blas.gemm_batched(H, s, dh, t1, {dpp + r * H * s * t1, t1, 1}, s * t1, {K + r * Lb * d, d, 1}, dh,
-                              dqkv + r * s * 3 * d, 3 * d, dh, false);
-            blas.gemm_batched(H, t1, dh, s, {dpp + r * H * s * t1, 1, t1}, s * t1, {qkv + r * s * 3 * d, 3 * d, 1},
-                              dh, dK + r * Lb * d, d, dh, true);
+            mm_batched(H, s, dh, t1, {dpp + r * H * s * t1, t1, 1}, s * t1, {K + r * Lb * d, d, 1}, dh,
+                       dqkv + r * s * 3 * d, 3 * d, dh, false);
+            mm_batched(H, t1, dh, s, {dpp + r * H * s * t1, 1, t1}, s * t1, {qkv + r * s * 3 * d, 3 * d, 1}, dh,
+                       dK + r * Lb * d, d, dh, true);
         }
         // The slice's own K/V gradient is complete now (later slices already ran): into dqkv.
-        kv_cache_copy(ex, t0, false, f(sv.dqkv, {n, 3 * d}), f(mb.dk[li], {rows, Lb, d}), f(mb.dv[li], {rows, Lb, d}));
-        sv.dln1 = floats(n * d);
-        blas.gemm(n, d, 3 * d, {dqkv, 3 * d, 1}, {W + bl.w_qkv, 1, 3 * d}, sv.dln1.template data_as<float>(), d, false);
-        layernorm_backward(ex, f(sv.dln1, {n, d}), f(sv.x, {n, d}), f(sv.mean1, {n}), f(sv.rstd1, {n}),
-                           P.value(bl.ln1_g, {d}), f(dx, {n, d}));
+        kv_cache_copy(ex, t0, false, st(sv.dqkv, {n, 3 * d}), f(mb.dk[li], {rows, Lb, d}), f(mb.dv[li], {rows, Lb, d}));
+        sv.dln1 = store(n * d);
+        mm(n, d, 3 * d, {dqkv, 3 * d, 1}, {W + bl.w_qkv, 1, 3 * d}, at(sv.dln1), d, false);
+        layernorm_backward(ex, st(sv.dln1, {n, d}), st(sv.x, {n, d}), f(sv.mean1, {n}), f(sv.rstd1, {n}),
+                           P.value(bl.ln1_g, {d}), st(dx, {n, d}));
     }
     if (t0 == 0) mbs_.erase(mit);  // every slice of the microbatch is through: its caches go back
 
@@ -472,8 +516,8 @@ auto basic_part<B>::backward_input(const tpipe::unit& u, activation grad_out) ->
     return activation{rows, s, std::move(dx)};
 }
 
-template <class B>
-void basic_part<B>::backward_weight(const tpipe::unit& u)
+template <class B, class S>
+void basic_part<B, S>::backward_weight(const tpipe::unit& u)
 {
     const gpt::config& cfg = params_->cfg;
     auto uit = units_.find({u.microbatch, u.slice});
@@ -486,35 +530,30 @@ void basic_part<B>::backward_weight(const tpipe::unit& u)
     const basic_parameters<B>& P = *params_;
     float* G = P.grads();
     auto& ex = b_.ex();
-    auto& blas = b_.gemms();
-    auto c = [this](const buffer& b, shape sh) { return t<const float>(b, sh); };
+    auto c = [this](const buffer& b, shape sh) { return t<const S>(b, sh); };
+    auto cf = [this](const buffer& b, shape sh) { return t<const float>(b, sh); };
 
     if (last_) {
         const std::int64_t V = cfg.vocab;
         float* gh = head_grad_ ? head_grad_.template data_as<float>() : G + P.lay.head;
-        blas.gemm(V, d, n, {us.dlogits.template data_as<float>(), 1, V}, {us.xf.template data_as<float>(), d, 1}, gh, d,
-                  true);
-        layernorm_param_grad(ex, c(us.dxf, {n, d}), c(us.xh, {n, d}), c(us.meanf, {n}), c(us.rstdf, {n}),
+        mm(V, d, n, {at(us.dlogits), 1, V}, {at(us.xf), d, 1}, gh, d, true);
+        layernorm_param_grad(ex, c(us.dxf, {n, d}), c(us.xh, {n, d}), cf(us.meanf, {n}), cf(us.rstdf, {n}),
                              P.grad(P.lay.lnf_g, {d}), P.grad(P.lay.lnf_b, {d}));
     }
     for (int l = l1_ - 1; l >= l0_; --l) {
         const auto& bl = P.lay.blocks[static_cast<std::size_t>(l)];
         auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
-        blas.gemm(F, d, n, {sv.act.template data_as<float>(), 1, F}, {sv.dout.template data_as<float>(), d, 1},
-                  G + bl.w_proj, d, true);
+        mm(F, d, n, {at(sv.act), 1, F}, {at(sv.dout), d, 1}, G + bl.w_proj, d, true);
         column_sum(ex, c(sv.dout, {n, d}), P.grad(bl.b_proj, {d}));
-        blas.gemm(d, F, n, {sv.ln2.template data_as<float>(), 1, d}, {sv.dfc.template data_as<float>(), F, 1},
-                  G + bl.w_fc, F, true);
+        mm(d, F, n, {at(sv.ln2), 1, d}, {at(sv.dfc), F, 1}, G + bl.w_fc, F, true);
         column_sum(ex, c(sv.dfc, {n, F}), P.grad(bl.b_fc, {F}));
-        layernorm_param_grad(ex, c(sv.dln2, {n, d}), c(sv.xmid, {n, d}), c(sv.mean2, {n}), c(sv.rstd2, {n}),
+        layernorm_param_grad(ex, c(sv.dln2, {n, d}), c(sv.xmid, {n, d}), cf(sv.mean2, {n}), cf(sv.rstd2, {n}),
                              P.grad(bl.ln2_g, {d}), P.grad(bl.ln2_b, {d}));
-        blas.gemm(d, d, n, {sv.attn.template data_as<float>(), 1, d}, {sv.dproj.template data_as<float>(), d, 1},
-                  G + bl.w_o, d, true);
+        mm(d, d, n, {at(sv.attn), 1, d}, {at(sv.dproj), d, 1}, G + bl.w_o, d, true);
         column_sum(ex, c(sv.dproj, {n, d}), P.grad(bl.b_o, {d}));
-        blas.gemm(d, 3 * d, n, {sv.ln1.template data_as<float>(), 1, d}, {sv.dqkv.template data_as<float>(), 3 * d, 1},
-                  G + bl.w_qkv, 3 * d, true);
+        mm(d, 3 * d, n, {at(sv.ln1), 1, d}, {at(sv.dqkv), 3 * d, 1}, G + bl.w_qkv, 3 * d, true);
         column_sum(ex, c(sv.dqkv, {n, 3 * d}), P.grad(bl.b_qkv, {3 * d}));
-        layernorm_param_grad(ex, c(sv.dln1, {n, d}), c(sv.x, {n, d}), c(sv.mean1, {n}), c(sv.rstd1, {n}),
+        layernorm_param_grad(ex, c(sv.dln1, {n, d}), c(sv.x, {n, d}), cf(sv.mean1, {n}), cf(sv.rstd1, {n}),
                              P.grad(bl.ln1_g, {d}), P.grad(bl.ln1_b, {d}));
     }
     if (first_)
@@ -524,11 +563,13 @@ void basic_part<B>::backward_weight(const tpipe::unit& u)
     units_.erase(uit);
 }
 
-//! One whole iteration on one part holding the whole model, as one unit (the reference).
-template <class B>
+//! One whole iteration on one part holding the whole model, as one unit (the reference), with
+//! storage type S (refreshes the parameters' storage copy first).
+template <class S = float, class B>
 double full_step(basic_parameters<B>& params, const gpt::batch& b, typename B::stream_type stream)
 {
-    basic_part<B> p(params, 0, params.cfg.layers, true, true, stream);
+    params.template refresh<S>(stream);
+    basic_part<B, S> p(params, 0, params.cfg.layers, true, true, stream);
     params.zero_grad(stream);
     p.begin(&b);
     const tpipe::unit u{0, 0, 0, b.rows, 0, b.seq_len};
@@ -543,12 +584,12 @@ double full_step(basic_parameters<B>& params, const gpt::batch& b, typename B::s
 //! then the tied head's flush. hand_over(part) runs after each call: a part on its own stream
 //! waits for it there (what the engine's completion event does in a pipeline); parts sharing one
 //! stream need nothing (that is how the sequential run is captured into a CUDA graph).
-template <class B, class HandOver>
-void enqueue_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::scheme& units, HandOver hand_over)
+template <class B, class S, class HandOver>
+void enqueue_in_order(const std::vector<basic_part<B, S>*>& parts, const tpipe::scheme& units, HandOver hand_over)
 {
     for (int i = 0; i < units.units(); ++i) {
         const auto u = units.at(i);
-        typename basic_part<B>::activation x;
+        typename basic_part<B, S>::activation x;
         for (auto* p : parts) {
             x = p->forward(u, std::move(x));
             hand_over(*p);
@@ -556,7 +597,7 @@ void enqueue_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::sch
     }
     for (int i = units.units() - 1; i >= 0; --i) {
         const auto u = units.at(i);
-        typename basic_part<B>::activation g;
+        typename basic_part<B, S>::activation g;
         for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
             g = (*it)->backward(u, std::move(g));
             hand_over(**it);
@@ -569,15 +610,17 @@ void enqueue_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::sch
 }
 
 //! One iteration through the parts without a pipeline runtime, each part on its own stream:
-//! zeroes the gradients, begins every part, enqueue_in_order handing over by waiting; the mean loss.
-template <class B>
-double run_in_order(const std::vector<basic_part<B>*>& parts, const tpipe::scheme& units, const gpt::batch& b)
+//! refreshes the storage copy, zeroes the gradients, begins every part, enqueue_in_order handing
+//! over by waiting; the mean loss.
+template <class B, class S>
+double run_in_order(const std::vector<basic_part<B, S>*>& parts, const tpipe::scheme& units, const gpt::batch& b)
 {
     if (parts.empty()) throw tpipe::invalid_argument("gpt::cuda::run_in_order: no parts");
+    parts.front()->params().template refresh<S>(parts.front()->stream());
     parts.front()->params().zero_grad(parts.front()->stream());
     parts.front()->sync();
     for (auto* p : parts) p->begin(&b);
-    enqueue_in_order(parts, units, [](basic_part<B>& p) { p.sync(); });
+    enqueue_in_order(parts, units, [](basic_part<B, S>& p) { p.sync(); });
     return parts.back()->loss();
 }
 
@@ -622,6 +665,7 @@ public:
         adamw_update(ex, k, view_of<const double>(sum_sq_, {1}, B::where), p_->grad(0, {count}),
                      view_of<const unsigned char>(decay_, {count}, B::where), p_->value(0, {count}),
                      view_of<float>(m_, {count}, B::where), view_of<float>(v_, {count}, B::where));
+        p_->changed();
     }
     std::int64_t steps() const { return t_; }
     //! The global gradient norm the last step saw (waits for the optimizer's stream).

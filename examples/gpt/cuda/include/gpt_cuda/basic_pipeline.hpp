@@ -18,11 +18,11 @@
 
 namespace gpt::cuda {
 
-template <class B>
+template <class B, class S = float>
 struct basic_stage {
     using input = basic_activation<B>;
     using output = basic_activation<B>;
-    basic_part<B>* p = nullptr;
+    basic_part<B, S>* p = nullptr;
 
     output forward(const tpipe::unit& u, input x) { return here().forward(u, std::move(x)); }
     input backward(const tpipe::unit& u, output g) { return here().backward(u, std::move(g)); }
@@ -30,21 +30,21 @@ struct basic_stage {
     void backward_weight(const tpipe::unit& u) { here().backward_weight(u); }
 
 private:
-    basic_part<B>& here()
+    basic_part<B, S>& here()
     {
         p->set_stream(B::current_stream());
         return *p;
     }
 };
 
-//! The model cut into `stages` parts (layers as gpt::even_layer_cuts). `control` is the stream of
+//! The model cut into `stages` parts (layers as gpt::even_layer_cuts), storage type S. `control` is the stream of
 //! the work between iterations (zeroing gradients, uploading the batch, flushing the tied head's
 //! gradient); it is waited for before each run starts, and the run's engine has finished every
 //! stage's work before finish_step.
-template <class B>
+template <class B, class S = float>
 class basic_pipelined_model {
 public:
-    using stage = basic_stage<B>;
+    using stage = basic_stage<B, S>;
 
     basic_pipelined_model(basic_parameters<B>& params, int stages, typename B::stream_type control)
         : params_(&params), control_(control)
@@ -55,7 +55,7 @@ public:
         std::vector<stage> views;
         for (int i = 0; i < stages; ++i) {
             parts_.push_back(
-                std::make_unique<basic_part<B>>(params, cuts[i], cuts[i + 1], i == 0, i + 1 == stages, control));
+                std::make_unique<basic_part<B, S>>(params, cuts[i], cuts[i + 1], i == 0, i + 1 == stages, control));
             views.push_back(stage{parts_.back().get()});
         }
         pipe_.emplace(std::move(views));
@@ -63,13 +63,14 @@ public:
     }
 
     int stages() const { return static_cast<int>(parts_.size()); }
-    basic_part<B>& part_at(int i) { return *parts_.at(static_cast<std::size_t>(i)); }
+    basic_part<B, S>& part_at(int i) { return *parts_.at(static_cast<std::size_t>(i)); }
     basic_parameters<B>& params() { return *params_; }
     tpipe::uniform_pipeline<stage>& pipe() { return *pipe_; }
     const tpipe::io_for<tpipe::uniform_pipeline<stage>>& io() const { return io_; }
 
     void begin_step(const gpt::batch& b)
     {
+        params_->template refresh<S>(control_);
         params_->zero_grad(control_);
         for (auto& p : parts_) {
             p->set_stream(control_);
@@ -100,7 +101,7 @@ public:
 private:
     basic_parameters<B>* params_;
     typename B::stream_type control_;
-    std::vector<std::unique_ptr<basic_part<B>>> parts_;
+    std::vector<std::unique_ptr<basic_part<B, S>>> parts_;
     std::optional<tpipe::uniform_pipeline<stage>> pipe_;
     tpipe::io_for<tpipe::uniform_pipeline<stage>> io_;
 };

@@ -27,7 +27,8 @@ inline int blas_int(std::int64_t v, const char* what)
 }
 
 //! A row-major view (rows rs apart, columns cs apart, one of them 1) as a column-major operand.
-inline column_major_operand as_operand(const mat<float>& x, const char* name)
+template <class T>
+column_major_operand as_operand(const mat<T>& x, const char* name)
 {
     if (x.cs == 1) return {false, blas_int(x.rs, name)};
     if (x.rs == 1) return {true, blas_int(x.cs, name)};

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "gpt_cuda/gemm_operands.hpp"
+#include "gpt_cuda/bfloat16.hpp"
 #include "gpt_cuda/serial.hpp"
 
 namespace gpt::cuda {
@@ -36,19 +37,21 @@ private:
     std::unique_ptr<double[]> data_;  // double: aligned for every element type the part uses
 };
 
-//! Column-major C'[n x m] (+)= op(B')[n x k] op(A')[k x m], as cublasSgemm(StridedBatched) computes.
-inline void reference_gemm(column_major_operand B, const float* b, column_major_operand A, const float* a,
-                           std::int64_t n, std::int64_t m, std::int64_t k, float beta, float* c, std::int64_t ldc)
+//! Column-major C'[n x m] (+)= op(B')[n x k] op(A')[k x m], as cublasGemmEx computes it: operands
+//! of type S read as float, sums in float, C rounded to its type once.
+template <class S, class C>
+void reference_gemm(column_major_operand B, const S* b, column_major_operand A, const S* a, std::int64_t n,
+                    std::int64_t m, std::int64_t k, bool accumulate, C* c, std::int64_t ldc)
 {
-    auto at = [](column_major_operand o, const float* x, std::int64_t r, std::int64_t col) {
-        return o.transposed ? x[col + r * o.ld] : x[r + col * o.ld];
+    auto at = [](column_major_operand o, const S* x, std::int64_t r, std::int64_t col) {
+        return float(o.transposed ? x[col + r * o.ld] : x[r + col * o.ld]);
     };
     for (std::int64_t j = 0; j < m; ++j)
         for (std::int64_t i = 0; i < n; ++i) {
             float s = 0;
             for (std::int64_t p = 0; p < k; ++p) s += at(B, b, i, p) * at(A, a, p, j);
-            float& out = c[i + j * ldc];
-            out = beta == 0.0f ? s : out + s;
+            C& out = c[i + j * ldc];
+            out = C(accumulate ? float(out) + s : s);
         }
 }
 
@@ -61,19 +64,21 @@ public:
 
     //! The matrix products, with the cuBLAS wrapper's interface.
     struct blas {
-        void gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a, mat<float> b, float* c,
-                  std::int64_t ldc, bool accumulate)
+        template <class S, class C>
+        void gemm(std::int64_t m, std::int64_t n, std::int64_t k, mat<S> a, mat<S> b, C* c, std::int64_t ldc,
+                  bool accumulate)
         {
             gemm_batched(1, m, n, k, a, 0, b, 0, c, ldc, 0, accumulate);
         }
-        void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<float> a,
-                          std::int64_t stride_a, mat<float> b, std::int64_t stride_b, float* c, std::int64_t ldc,
+        template <class S, class C>
+        void gemm_batched(std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k, mat<S> a,
+                          std::int64_t stride_a, mat<S> b, std::int64_t stride_b, C* c, std::int64_t ldc,
                           std::int64_t stride_c, bool accumulate)
         {
             const column_major_operand A = as_operand(a, "A"), B = as_operand(b, "B");
             check_leading_dimensions(A, B, m, n, k, ldc);
             for (std::int64_t i = 0; i < batch; ++i)
-                reference_gemm(B, b.data + i * stride_b, A, a.data + i * stride_a, n, m, k, accumulate ? 1.0f : 0.0f,
+                reference_gemm(B, b.data + i * stride_b, A, a.data + i * stride_a, n, m, k, accumulate,
                                c + i * stride_c, ldc);
         }
         void add(std::int64_t count, const float* x, float* y)

@@ -5,6 +5,7 @@
 // loss(), download() and last_grad_norm() wait for the GPU.
 #include <cstddef>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <tpipe/cuda/memory_pool.hpp>
@@ -59,12 +60,21 @@ using parameters = basic_parameters<device_backend>;
 using activation = basic_activation<device_backend>;
 using part = basic_part<device_backend>;
 using adamw = basic_adamw<device_backend>;
+//! bf16 storage (activations, caches, the weights the GEMMs read) with float master weights,
+//! gradients, statistics and accumulation.
+using bf16 = __nv_bfloat16;
+using part_bf16 = basic_part<device_backend, bf16>;
 
 // Compiled once, in src/model.cpp.
 extern template class basic_parameters<device_backend>;
 extern template class basic_part<device_backend>;
+extern template class basic_part<device_backend, bf16>;
 extern template class basic_adamw<device_backend>;
-extern template double full_step<device_backend>(parameters&, const gpt::batch&, cudaStream_t);
-extern template double run_in_order<device_backend>(const std::vector<part*>&, const tpipe::scheme&, const gpt::batch&);
+extern template double full_step<float, device_backend>(parameters&, const gpt::batch&, cudaStream_t);
+extern template double full_step<bf16, device_backend>(parameters&, const gpt::batch&, cudaStream_t);
+extern template double run_in_order<device_backend, float>(const std::vector<part*>&, const tpipe::scheme&,
+                                                           const gpt::batch&);
+extern template double run_in_order<device_backend, bf16>(const std::vector<part_bf16*>&, const tpipe::scheme&,
+                                                          const gpt::batch&);
 
 } // namespace gpt::cuda

@@ -21,6 +21,7 @@ struct train_options {
     int stages = 2;               //!< pipeline stages (ranks x stages per rank)
     std::string schedule;         //!< for the report
     std::string units;            //!< the slicing, for the report
+    bool bf16 = false;            //!< bf16 storage (float master weights and sums)
     bool json = false;
     bool check = false;           //!< also train the CPU GPT without a pipeline and compare
     double check_tol = 1e-3;
