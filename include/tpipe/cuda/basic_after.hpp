@@ -22,7 +22,6 @@
 #include <exception>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "tpipe/cuda/cuda_error.hpp"
@@ -79,15 +78,7 @@ public:
 
     bool await_suspend(std::coroutine_handle<> h)
     {
-        loop* l = loop::current();
-        if (!l) {
-            while (!step()) std::this_thread::yield();
-            return false;
-        }
-        node_.handle = h;
-        home_ = l;
-        l->add_poller(this);
-        return true;
+        return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return step(); });
     }
 
     void await_resume()
