@@ -44,9 +44,7 @@ fi
 step "configure $build"
 cmake -S . -B "$build" "${args[@]}" >"$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 # Only what the GPU check runs: the GPU suites (CTest label gpu), the GPU benchmarks, train_gpt.
-mapfile -t suites < <(ctest --test-dir "$build" -N -L gpu | sed -n 's/^ *Test *#[0-9]*: gpu_\(.*\)$/\1/p')
-targets=()
-for s in "${suites[@]}"; do targets+=("tpipe_gpu_tests_$s"); done
+mapfile -t targets < <(cmake --build "$build" --target help | grep -o 'tpipe_gpu_tests_[A-Za-z0-9_]*' | sort -u)
 targets+=(train_gpt)
 for b in bench_cuda_engine bench_gpt_cuda; do
   [ -f "bench/$b.cpp" ] && targets+=("$b")
