@@ -37,6 +37,13 @@ struct probe_fn {
 
 //! An engine: devices(), the loop of each device, and compute(device, fn) as an awaitable that
 //! resumes with fn's result.
+//!
+//! Optional members, used by tpipe::run when an engine has them (an engine whose computes wait
+//! for something outside the loop, such as a GPU stream, needs them so that a failed or stuck
+//! iteration ends instead of hanging): `cancel()` (noexcept, any thread: every compute waiting
+//! resumes with tpipe::operation_cancelled), `reset_cancel()` (before the next iteration), and
+//! `waiting_for(device)` (a text for the watchdog's report: what the compute running on
+//! `device` waits for, empty if nothing). cpu_engine has none: its computes never wait.
 template <class E>
 concept engine = requires(E& e, int device, detail::probe_fn fn) {
     { e.devices() } -> std::convertible_to<int>;
