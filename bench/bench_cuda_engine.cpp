@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "stage_kernels.hpp"
+#include "tpipe/cuda/availability.hpp"
 #include "tpipe/cuda/engine.hpp"
 #include "tpipe/cuda/error.hpp"
 #include "tpipe/exec/run.hpp"
@@ -29,16 +30,6 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
-
-//! Why no GPU can be used, or empty.
-std::string no_gpu()
-{
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) return std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
-    if (n < 1) return "no CUDA device: cudaGetDeviceCount found 0";
-    return {};
-}
 
 struct empty_stage {
     using input = int;
@@ -57,8 +48,8 @@ struct empty_stage {
 
 void BM_action_overhead(benchmark::State& state, const std::string& schedule)
 {
-    if (const auto why = no_gpu(); !why.empty()) {
-        state.SkipWithError(why.c_str());
+    if (const auto why = tpipe::cuda::why_no_gpu()) {
+        state.SkipWithError(("no CUDA device: " + *why).c_str());
         return;
     }
     const int P = static_cast<int>(state.range(0));
@@ -110,8 +101,8 @@ void BM_action_overhead(benchmark::State& state, const std::string& schedule)
 
 void BM_overlap(benchmark::State& state)
 {
-    if (const auto why = no_gpu(); !why.empty()) {
-        state.SkipWithError(why.c_str());
+    if (const auto why = tpipe::cuda::why_no_gpu()) {
+        state.SkipWithError(("no CUDA device: " + *why).c_str());
         return;
     }
     const std::size_t bytes = static_cast<std::size_t>(state.range(0)) << 20;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tpipe/cuda/availability.hpp"
 #include <tpipe/cuda/engine.hpp>
 #include <tpipe/cuda/error.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -28,16 +29,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
-
-std::string no_gpu()
-{
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess)
-        return std::string("no CUDA device: cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
-    if (n < 1) return "no CUDA device: cudaGetDeviceCount found 0";
-    return {};
-}
 
 gpt::config bench_config()
 {
@@ -120,8 +111,8 @@ private:
 template <class S>
 void BM_gpt_cuda(benchmark::State& state, const std::string& schedule, const std::string& slicer)
 {
-    if (const auto why = no_gpu(); !why.empty()) {
-        state.SkipWithError(why.c_str());
+    if (const auto why = tpipe::cuda::why_no_gpu()) {
+        state.SkipWithError(("no CUDA device: " + *why).c_str());
         return;
     }
     try {

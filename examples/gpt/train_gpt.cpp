@@ -32,6 +32,7 @@
 #include <tpipe/slice/spec.hpp>
 
 #include "elastic_command.hpp"
+#include "gpt/compare.hpp"
 #include "gpt/fingerprint.hpp"
 #include "../common/flags.hpp"
 #include "gpt/model.hpp"
@@ -282,18 +283,6 @@ std::string describe(const tpipe::scheme& sch)
         for (std::size_t i = 1; i < m.cuts.size(); ++i) out << ' ' << m.cuts[i] - m.cuts[i - 1];
     }
     return out.str();
-}
-
-//! ||a - b|| / ||b||
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b)
-{
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        const double d = double(a[i]) - double(b[i]);
-        num += d * d;
-        den += double(b[i]) * double(b[i]);
-    }
-    return std::sqrt(num / std::max(den, 1e-300));
 }
 
 std::string clock_text(double s)
@@ -717,7 +706,7 @@ int train(const options& o)
             worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
             if (step == 1) {  // same weights, same batch: the pure pipelined-equals-sequential check
                 first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
-                first_grad_err = relative_difference(first_params.grad, ref->grad);
+                first_grad_err = gpt::relative_difference(first_params.grad, ref->grad);
             }
         }
         const double tps = tokens_per_step * step / elapsed;
@@ -777,7 +766,7 @@ int train(const options& o)
     }
     int status = 0;
     if (ref) {
-        const double werr = relative_difference(params.value, ref->value);
+        const double werr = gpt::relative_difference(params.value, ref->value);
         const bool ok = first_loss_err <= 1e-5 && first_grad_err <= 1e-5 && worst_loss <= o.check_tol &&
                         werr <= o.check_tol;
         summary["check_step1_loss_rel"] = first_loss_err;
@@ -791,7 +780,7 @@ int train(const options& o)
             for (const auto& t : params.lay.tensors) {
                 const std::vector<float> a(params.value.begin() + t.offset, params.value.begin() + t.offset + t.size());
                 const std::vector<float> b(ref->value.begin() + t.offset, ref->value.begin() + t.offset + t.size());
-                const double e = relative_difference(a, b);
+                const double e = gpt::relative_difference(a, b);
                 if (e > worst_t) worst_t = e, name = t.name;
             }
             summary["check_worst_tensor"] = name + " " + std::to_string(worst_t);

@@ -6,25 +6,21 @@
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
+#include <tpipe/cuda/availability.hpp>
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 
 int main(int argc, char* argv[])
 {
-    int devices = 0;
-    const cudaError_t e = cudaGetDeviceCount(&devices);
     int wanted = 1;
     if (const char* w = std::getenv("TPIPE_GPU_MIN_DEVICES")) wanted = std::atoi(w);
-    if (e != cudaSuccess || devices < wanted) {
-        const std::string why = e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
-                                                       cudaGetErrorString(e)
-                                                 : std::to_string(devices) + " CUDA device(s), this suite needs " +
-                                                       std::to_string(wanted);
-        std::printf("SKIPPED: %s: no usable GPU (%s)\n", argv[0], why.c_str());
+    if (const auto why = tpipe::cuda::why_no_gpu(wanted)) {
+        std::printf("SKIPPED: %s: no usable GPU (%s)\n", argv[0], why->c_str());
         return 77;
     }
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
         std::printf("GPU 0 of %d: %s, compute capability %d.%d\n", devices, p.name, p.major, p.minor);

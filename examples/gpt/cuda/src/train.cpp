@@ -7,8 +7,10 @@
 #include <vector>
 
 #include <tpipe/core/json.hpp>
+#include <tpipe/cuda/availability.hpp>
 #include <tpipe/cuda/error.hpp>
 
+#include "gpt/compare.hpp"
 #include "gpt_cuda/pipeline.hpp"
 
 namespace gpt::cuda {
@@ -17,26 +19,9 @@ namespace {
 //! Refuses, in words, a machine where CUDA cannot run (the usual case: no GPU or no driver).
 void require_gpu()
 {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n < 1)
-        throw tpipe::error(std::string("--device cuda: no usable CUDA GPU (") +
-                           (e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
-                                                   cudaGetErrorString(e)
-                                             : std::string("no device")) +
-                           "); run without --device cuda to train on the CPU");
+    if (const auto why = tpipe::cuda::why_no_gpu())
+        throw tpipe::error("--device cuda: no usable CUDA GPU (" + *why + "); run without --device cuda to train on the CPU");
     TPIPE_CUDA_TRY(cudaSetDevice(0));
-}
-
-double relative(const std::vector<float>& a, const std::vector<float>& b)
-{
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-        const double d = double(a[i]) - double(b[i]);
-        num += d * d;
-        den += double(b[i]) * double(b[i]);
-    }
-    return std::sqrt(num / std::max(den, 1e-300));
 }
 
 struct stream {
@@ -87,7 +72,7 @@ int train_as(const train_options& o, const tpipe::program& prog, const std::stri
             if (step == 1) {  // same weights, same batch: the GPU model against the CPU model
                 dev.download(host, control.s);
                 step1_loss = std::abs(loss - ref_loss) / std::abs(ref_loss);
-                step1_grad = relative(host.grad, ref->grad);
+                step1_grad = relative_difference(host.grad, ref->grad);
             }
             ref_opt->step(*ref);
         }
@@ -117,7 +102,7 @@ int train_as(const train_options& o, const tpipe::program& prog, const std::stri
         // Float32 on the GPU against float32 on the CPU: other summation orders, so 1e-4 at step 1;
         // bf16 storage keeps 8 significant bits: 3e-2 (docs/gpt_cuda.md).
         const double step1_tol = o.bf16 ? 3e-2 : 1e-4;
-        const double werr = relative(host.value, ref->value);
+        const double werr = relative_difference(host.value, ref->value);
         const bool ok = step1_loss <= step1_tol && step1_grad <= step1_tol && worst_loss <= o.check_tol &&
                         werr <= o.check_tol;
         summary["check_step1_loss_rel"] = step1_loss;
