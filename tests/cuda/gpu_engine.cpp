@@ -14,6 +14,7 @@
 #include "gpu_pipeline.hpp"
 #include "tpipe/cuda/engine.hpp"
 #include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/runtime_driver.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/exec/sync_wait.hpp"
 #include "tpipe/schedule/by_name.hpp"
@@ -245,4 +246,25 @@ TEST_CASE("a steady-state iteration allocates nothing from the driver (pool and 
     CHECK(eng.memory().stats().driver_allocations == mallocs);
     CHECK(eng.events().created() == events);
     CHECK(eng.memory().stats().blocks_in_use == 0);
+}
+
+TEST_CASE("a query that finds the work not done leaves no last error behind (the engine's launch check)", "[cuda]")
+{
+    // The runtime records cudaErrorNotReady as the thread's last error; the driver must clear it,
+    // or the cudaGetLastError after the next compute reports a launch that did not fail.
+    auto& d = tpipe::cuda::runtime_driver::instance();
+    cudaStream_t s = nullptr;
+    cudaEvent_t e = nullptr;
+    TPIPE_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    TPIPE_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    (void)cudaGetLastError();
+    kernels::busy(1LL << 28, s);  // ~0.15 s at 1.8 GHz: still running when queried
+    TPIPE_CUDA_TRY(cudaEventRecord(e, s));
+    CHECK(d.event_query(e) == cudaErrorNotReady);
+    CHECK(d.stream_query(s) == cudaErrorNotReady);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    TPIPE_CUDA_TRY(cudaStreamSynchronize(s));
+    CHECK(d.event_query(e) == cudaSuccess);
+    TPIPE_CUDA_TRY(cudaEventDestroy(e));
+    TPIPE_CUDA_TRY(cudaStreamDestroy(s));
 }

@@ -34,10 +34,14 @@ if [ -d "$deps" ]; then
 fi
 # NCCL: next to the toolkit, else the one PyTorch's wheels bring (nvidia-nccl-cu13).
 if [ ! -f "$(dirname "$(command -v nvcc)")/../include/nccl.h" ]; then
-  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-  if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ]; then
+  # nvidia.nccl is a namespace package (no __init__.py, __file__ is None): take its __path__.
+  nccl=$(python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ] && ls "$nccl"/lib/libnccl.so* >/dev/null 2>&1; then
     args+=(-DTPIPE_NCCL_INCLUDE_DIR="$nccl/include" -DTPIPE_NCCL_LIBRARY="$(ls "$nccl"/lib/libnccl.so* | head -1)")
     export LD_LIBRARY_PATH="$nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  else
+    echo "tests/gpu/run.sh: no NCCL found (neither beside nvcc nor nvidia-nccl-cu13): the NCCL tree is left out" >&2
+    args+=(-DTPIPE_ENABLE_NCCL=OFF)
   fi
 fi
 

@@ -29,11 +29,11 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
     { d.stream_create(sp) } -> std::same_as<int>;      //!< non-blocking stream on the current GPU
     { d.stream_destroy(s) } -> std::same_as<int>;
     { d.stream_device(s, ip) } -> std::same_as<int>;   //!< the GPU a stream belongs to
-    { d.stream_query(s) } -> std::same_as<int>;        //!< 0 idle, not_ready, or the stream's error
+    { d.stream_query(s) } -> std::same_as<int>;        //!< 0 idle, not_ready (leaves no last error), or the stream's error
     { d.event_create(ep) } -> std::same_as<int>;       //!< timing disabled, on the current GPU
     { d.event_destroy(e) } -> std::same_as<int>;
     { d.event_record(e, s) } -> std::same_as<int>;
-    { d.event_query(e) } -> std::same_as<int>;         //!< 0 done, not_ready, or the stream's error
+    { d.event_query(e) } -> std::same_as<int>;         //!< 0 done, not_ready (leaves no last error), or the stream's error
     { d.launch_host_func(s, fn, p) } -> std::same_as<int>;
     { d.last_error() } -> std::same_as<int>;           //!< cudaGetLastError: returns and clears
     { d.malloc_device(pp, n) } -> std::same_as<int>;   //!< on the current GPU

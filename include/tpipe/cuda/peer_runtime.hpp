@@ -42,7 +42,7 @@ struct peer_runtime {
     }
     int query(marker_t m) noexcept
     {
-        const cudaError_t e = cudaEventQuery(m.event);
+        const cudaError_t e = runtime_driver::forget_not_ready(cudaEventQuery(m.event));
         if (e == cudaSuccess) return 0;
         if (e == cudaErrorNotReady) return 1;
         (void)cudaGetLastError();

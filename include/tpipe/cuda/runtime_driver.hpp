@@ -14,6 +14,16 @@ struct runtime_driver {
     using event_type = cudaEvent_t;
     static constexpr int not_ready = static_cast<int>(cudaErrorNotReady);
 
+    //! cudaErrorNotReady is "not yet", not an error, yet the runtime also records it as this
+    //! thread's last error: left there, the next cudaGetLastError (the engine's launch check after
+    //! a compute, a kernel's TPIPE_CUDA_TRY(cudaGetLastError())) would report it as a failed launch.
+    //! Cleared only when it is the recorded one (peek), so a real earlier error is not lost.
+    static cudaError_t forget_not_ready(cudaError_t e) noexcept
+    {
+        if (e == cudaErrorNotReady && cudaPeekAtLastError() == cudaErrorNotReady) (void)cudaGetLastError();
+        return e;
+    }
+
     static runtime_driver& instance() noexcept
     {
         static runtime_driver d;
@@ -26,11 +36,11 @@ struct runtime_driver {
     int stream_create(cudaStream_t* s) noexcept { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
     int stream_destroy(cudaStream_t s) noexcept { return cudaStreamDestroy(s); }
     int stream_device(cudaStream_t s, int* gpu) noexcept { return cudaStreamGetDevice(s, gpu); }
-    int stream_query(cudaStream_t s) noexcept { return cudaStreamQuery(s); }
+    int stream_query(cudaStream_t s) noexcept { return forget_not_ready(cudaStreamQuery(s)); }
     int event_create(cudaEvent_t* e) noexcept { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); }
     int event_destroy(cudaEvent_t e) noexcept { return cudaEventDestroy(e); }
     int event_record(cudaEvent_t e, cudaStream_t s) noexcept { return cudaEventRecord(e, s); }
-    int event_query(cudaEvent_t e) noexcept { return cudaEventQuery(e); }
+    int event_query(cudaEvent_t e) noexcept { return forget_not_ready(cudaEventQuery(e)); }
     int launch_host_func(cudaStream_t s, void (*fn)(void*), void* data) noexcept { return cudaLaunchHostFunc(s, fn, data); }
     int last_error() noexcept { return cudaGetLastError(); }
     int malloc_device(void** p, std::size_t n) noexcept { return cudaMalloc(p, n); }
