@@ -11,49 +11,13 @@
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 
+#include "affine.hpp"
+
 namespace {
 
-using dvec = std::vector<double>;
-
-//! y = a*x + b with weight gradients (da, db) exposed for data parallelism; integer-valued
-//! doubles, so that sums are exact whatever their order.
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::vector<double> grad = {0, 0};  // da, db
-    std::map<int, dvec> saved;
-    int fail_at_microbatch = -1;
-
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit& u, dvec g)
-    {
-        if (u.microbatch == fail_at_microbatch) throw std::runtime_error("injected fault in B");
-        const dvec& x = saved.at(u.microbatch);
-        dvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
-    std::span<double> gradients() { return grad; }
-};
-static_assert(tpipe::exposes_gradients<affine>);
-
-std::vector<affine> make_stages(int P)
-{
-    std::vector<affine> s(static_cast<std::size_t>(P));
-    for (int i = 0; i < P; ++i) s[i].a = i % 2 + 1, s[i].b = i;
-    return s;
-}
+using tpipe_test::affine;
+using tpipe_test::dvec;
+using tpipe_test::affine_stages;
 
 //! The input of sample `row` of replica `replica`.
 dvec sample(int replica, int row) { return dvec{double(replica * 10 + row), double(row - replica), 1.0}; }
@@ -81,7 +45,7 @@ TEST_CASE("data parallel over threads: D replicas sum to one replica that saw al
             const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
             const int stages = prog.stages();
             // Reference: one replica that runs every replica's microbatches.
-            auto ref_stages = make_stages(stages);
+            auto ref_stages = affine_stages(stages);
             {
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
                     std::vector<std::reference_wrapper<affine>>(ref_stages.begin(), ref_stages.end()));
@@ -96,7 +60,7 @@ TEST_CASE("data parallel over threads: D replicas sum to one replica that saw al
             }
             // D replicas on threads, one thread_group per stage.
             std::vector<std::vector<affine>> replica(static_cast<std::size_t>(D));
-            for (auto& r : replica) r = make_stages(stages);
+            for (auto& r : replica) r = affine_stages(stages);
             std::vector<std::unique_ptr<tpipe::thread_group>> groups;
             for (int s = 0; s < stages; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
             std::vector<std::vector<tpipe::thread_communicator>> members(static_cast<std::size_t>(D));
@@ -134,7 +98,7 @@ TEST_CASE("a replica that fails cancels the others' all-reduce instead of leavin
 {
     const int P = 2, D = 2;
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(4));
-    std::vector<std::vector<affine>> replica(D, make_stages(P));
+    std::vector<std::vector<affine>> replica(D, affine_stages(P));
     replica[1][0].fail_at_microbatch = 3;  // replica 1's stage 0 fails at its last backward
     std::vector<std::unique_ptr<tpipe::thread_group>> groups;
     for (int s = 0; s < P; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));

@@ -1,61 +1,19 @@
 #pragma once
-// The host stage of the NCCL tests: y = a*x + b with weight gradients (da, db) exposed for data
-// parallelism. Inputs are integer-valued doubles, so sums are exact in any order (NCCL's order
-// is not the rank-order fold) and a run on GPUs can be compared bit for bit.
+// The host stage of the NCCL tests (tpipe_test::affine, tests/exec/affine.hpp) and their inputs:
+// integer-valued doubles, so sums are exact in any order (NCCL's order is not the rank-order
+// fold) and a run on GPUs can be compared bit for bit.
 #include <cstddef>
-#include <map>
-#include <span>
-#include <stdexcept>
 #include <vector>
 
-#include "tpipe/exec/gradients.hpp"
-#include "tpipe/exec/stage.hpp"
+#include "../exec/affine.hpp"
 
 namespace nccl_test {
 
-using dvec = std::vector<double>;
-
-struct affine {
-    using input = dvec;
-    using output = dvec;
-    double a = 1, b = 0;
-    std::vector<double> grad = {0, 0};  // da, db
-    std::map<int, dvec> saved;
-    int fail_at_microbatch = -1;  //!< backward of this microbatch throws
-
-    dvec forward(const tpipe::unit& u, dvec x)
-    {
-        dvec y(x.size());
-        for (std::size_t i = 0; i < x.size(); ++i) y[i] = a * x[i] + b;
-        saved[u.microbatch] = std::move(x);
-        return y;
-    }
-    dvec backward(const tpipe::unit& u, dvec g)
-    {
-        if (u.microbatch == fail_at_microbatch) throw std::runtime_error("injected fault in B");
-        const dvec& x = saved.at(u.microbatch);
-        dvec dx(g.size());
-        for (std::size_t i = 0; i < g.size(); ++i) {
-            dx[i] = a * g[i];
-            grad[0] += x[i] * g[i];
-            grad[1] += g[i];
-        }
-        return dx;
-    }
-    std::span<double> gradients() { return grad; }
-};
-static_assert(tpipe::exposes_gradients<affine>);
-
-inline double coef_a(int stage) { return stage % 2 + 1; }
-inline double coef_b(int stage) { return stage; }
-
-//! n stages with coef_a / coef_b.
-inline std::vector<affine> make_stages(int n)
-{
-    std::vector<affine> s(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) s[i].a = coef_a(i), s[i].b = coef_b(i);
-    return s;
-}
+using tpipe_test::affine;
+using tpipe_test::coef_a;
+using tpipe_test::coef_b;
+using tpipe_test::dvec;
+using tpipe_test::affine_stages;
 
 //! Input of microbatch m of replica d: sizes 0..3 (microbatch 0's payloads are empty), integer values.
 inline dvec sample(int d, int m)

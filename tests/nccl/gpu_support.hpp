@@ -116,7 +116,7 @@ struct recorded {
 //! The host run of `prog` over the samples of `replicas`, one after another (the reference).
 inline void run_host(recorded& r, const tpipe::program& prog, int ranks, const std::vector<int>& replicas)
 {
-    tpipe::uniform_pipeline<nccl_test::affine> pipe(nccl_test::make_stages(prog.stages()));
+    tpipe::uniform_pipeline<nccl_test::affine> pipe(nccl_test::affine_stages(prog.stages()));
     tpipe::cpu_engine eng(ranks);
     for (int d : replicas) {
         tpipe::io_for<decltype(pipe)> io;

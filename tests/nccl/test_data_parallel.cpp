@@ -18,7 +18,7 @@ namespace {
 
 using nccl_test::affine;
 using nccl_test::dvec;
-using nccl_test::make_stages;
+using nccl_test::affine_stages;
 
 tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_for_replica(int replica)
 {
@@ -39,7 +39,7 @@ TEST_CASE("data parallel runs unchanged over the NCCL communicator: D replicas s
             CAPTURE(D, name);
             const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
             const int stages = prog.stages();
-            auto ref = make_stages(stages);
+            auto ref = affine_stages(stages);
             {
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
                 tpipe::cpu_engine eng(P);
@@ -49,7 +49,7 @@ TEST_CASE("data parallel runs unchanged over the NCCL communicator: D replicas s
             std::vector<std::vector<tpipe::nccl::fake::communicator>> of_stage;  // [stage][replica]
             for (int s = 0; s < stages; ++s) of_stage.push_back(tpipe::nccl::fake::members(w, D));
             std::vector<std::vector<affine>> replica(static_cast<std::size_t>(D));
-            for (auto& r : replica) r = make_stages(stages);
+            for (auto& r : replica) r = affine_stages(stages);
             tpipe::cpu_engine eng(P * D);
             auto errors = tpipe::nccl::fake::on_threads(D, [&](int d) {
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
@@ -80,7 +80,7 @@ TEST_CASE("data parallel averages with the NCCL communicator's all_reduce_averag
 {
     const int P = 2, D = 2;
     const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(4));
-    auto ref = make_stages(P);
+    auto ref = affine_stages(P);
     {
         tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
         tpipe::cpu_engine eng(P);
@@ -89,7 +89,7 @@ TEST_CASE("data parallel averages with the NCCL communicator's all_reduce_averag
     tpipe::nccl::fake::world w;
     std::vector<std::vector<tpipe::nccl::fake::communicator>> of_stage;
     for (int s = 0; s < P; ++s) of_stage.push_back(tpipe::nccl::fake::members(w, D));
-    std::vector<std::vector<affine>> replica(D, make_stages(P));
+    std::vector<std::vector<affine>> replica(D, affine_stages(P));
     tpipe::cpu_engine eng(P * D);
     auto errors = tpipe::nccl::fake::on_threads(D, [&](int d) {
         tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));

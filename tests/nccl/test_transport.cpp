@@ -121,7 +121,7 @@ TEST_CASE("nccl channels: a payload for a channel the receiver does not have is 
 namespace {
 
 using nccl_test::affine;
-using nccl_test::make_stages;
+using nccl_test::affine_stages;
 
 tpipe::run_options with_watchdog()
 {
@@ -163,7 +163,7 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
             const int stages = prog.stages();
             std::mutex m;
             recorded ref_io;
-            auto ref = make_stages(stages);
+            auto ref = affine_stages(stages);
             {
                 tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
                 tpipe::cpu_engine eng(P);
@@ -174,7 +174,7 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
             tpipe::nccl::fake::host_pool pool;
             auto comms = w.init_all(P);
             const auto layout = tpipe::world::one_rank_per_process(P);
-            auto stages_of = std::vector<std::vector<affine>>(static_cast<std::size_t>(P), make_stages(stages));
+            auto stages_of = std::vector<std::vector<affine>>(static_cast<std::size_t>(P), affine_stages(stages));
             recorded got;
             auto errors = on_threads(P, [&](int me) {
                 tpipe::nccl::fake::control ctl(layout, me, board);
@@ -213,7 +213,7 @@ TEST_CASE("nccl transport: a stage that fails on one process stops the others wi
     auto errors = on_threads(P, [&](int me) {
         tpipe::nccl::fake::control ctl(layout, me, board);
         tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&w}, comms[me], ctl, pool);
-        auto stages = make_stages(P);
+        auto stages = affine_stages(P);
         if (me == 1) stages[1].fail_at_microbatch = 2;
         tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(stages.begin(), stages.end()));
         tpipe::cpu_engine eng(P);
