@@ -30,6 +30,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/cuda_error.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
+#include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/loop.hpp"
 #include "tpipe/exec/stage.hpp"
@@ -121,12 +122,7 @@ public:
     {
         std::lock_guard<std::mutex> g(m_);
         slot& s = at(tag);
-        if (s.state.load(std::memory_order_acquire) != full)
-            throw error("peer_channel: tag " + std::to_string(tag) + " was taken before it arrived or twice");
-        T v = std::move(*s.value);
-        s.value.reset();
-        s.state.store(taken, std::memory_order_relaxed);
-        return v;
+        return tpipe::detail::take_arrived(s.state, s.value, full, taken, "peer_channel", tag);
     }
 
     //! Completes once every copy of this iteration completed (the senders' payloads released).

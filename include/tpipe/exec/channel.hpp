@@ -23,11 +23,15 @@
 // - cancel() makes every pending and future arrival of the current iteration complete by
 //   throwing tpipe::operation_cancelled (any thread). reset(tags) starts a new iteration with
 //   room for `tags` messages; call it only when no receive is pending.
+#include <atomic>
 #include <concepts>
 #include <coroutine>
+#include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 
+#include "tpipe/core/error.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe {
@@ -61,5 +65,22 @@ concept channel = payload<typename C::value_type> &&
                       c.cancel();
                       c.reset(tag);
                   };
+
+namespace detail {
+//! take(tag) of a channel model: moves the payload out of a receive slot whose `state` says
+//! `full`, and marks the slot `taken`; otherwise (not arrived yet, or taken already) throws a
+//! tpipe::error naming the channel `who`.
+template <class S, class V>
+V take_arrived(std::atomic<S>& state, std::optional<V>& value, std::type_identity_t<S> full,
+               std::type_identity_t<S> taken, const char* who, int tag)
+{
+    if (state.load(std::memory_order_acquire) != full)
+        throw error(std::string(who) + ": tag " + std::to_string(tag) + " was taken before it arrived or twice");
+    V v = std::move(*value);
+    value.reset();
+    state.store(taken, std::memory_order_relaxed);
+    return v;
+}
+} // namespace detail
 
 } // namespace tpipe

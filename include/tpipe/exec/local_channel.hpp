@@ -168,12 +168,7 @@ public:
     T take(int tag)
     {
         slot& s = at(tag);
-        if (s.word.load(std::memory_order_acquire) != word(detail::slot_full))
-            throw error("local_channel: tag " + std::to_string(tag) + " was taken before it arrived or twice");
-        T v = std::move(*s.value);
-        s.value.reset();
-        s.word.store(word(detail::slot_taken), std::memory_order_relaxed);
-        return v;
+        return detail::take_arrived(s.word, s.value, word(detail::slot_full), word(detail::slot_taken), "local_channel", tag);
     }
 
     //! Awaits the arrival of `tag` without taking it.

@@ -137,12 +137,7 @@ public:
     T take(int tag)
     {
         recv_slot& s = at(recvs_, tag);
-        if (s.state.load(std::memory_order_acquire) != full)
-            throw error("mpi::channel: tag " + std::to_string(tag) + " was taken before it arrived or twice");
-        T v = std::move(*s.value);
-        s.value.reset();
-        s.state.store(taken, std::memory_order_relaxed);
-        return v;
+        return tpipe::detail::take_arrived(s.state, s.value, full, taken, "mpi::channel", tag);
     }
 
     // ---- both ends --------------------------------------------------------------------------

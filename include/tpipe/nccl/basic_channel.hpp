@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/loop.hpp"
 #include "tpipe/exec/stage.hpp"
@@ -147,12 +148,7 @@ public:
     {
         std::lock_guard<std::mutex> g(core_.m);
         recv_slot& s = at(recvs_, tag);
-        if (s.state.load(std::memory_order_acquire) != full)
-            throw error("nccl::channel: tag " + std::to_string(tag) + " was taken before it arrived or twice");
-        T v = std::move(*s.value);
-        s.value.reset();
-        s.state.store(taken, std::memory_order_relaxed);
-        return v;
+        return tpipe::detail::take_arrived(s.state, s.value, full, taken, "nccl::channel", tag);
     }
 
     // ---- both ends --------------------------------------------------------------------------
