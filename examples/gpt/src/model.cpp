@@ -313,10 +313,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
     const std::int64_t n = rows * s;
-    if (u.row_begin < 0 || u.row_end > B.rows || rows < 1 || t0 < 0 || t1 > Lb || s < 1)
-        refuse("unit rows [" + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + ") tokens [" +
-               std::to_string(t0) + "," + std::to_string(t1) + ") do not fit the batch " + std::to_string(B.rows) +
-               " x " + std::to_string(Lb));
+    if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
     // Per-microbatch state: created by the first slice, which must start at token 0.
     auto it = I.mbs.find(u.microbatch);
     if (t0 == 0) {

@@ -218,6 +218,18 @@ private:
     double norm_ = 0;
 };
 
+//! Why unit `u` lies outside batch `b` (rows, tokens), or empty when it fits: the check both
+//! models (CPU and CUDA) make before a forward.
+inline std::string unit_outside(const tpipe::unit& u, const batch& b)
+{
+    if (u.row_begin >= 0 && u.row_end <= b.rows && u.rows() >= 1 && u.token_begin >= 0 && u.token_end <= b.seq_len &&
+        u.tokens() >= 1)
+        return {};
+    return "unit rows [" + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + ") tokens [" +
+           std::to_string(u.token_begin) + "," + std::to_string(u.token_end) + ") do not fit the batch " +
+           std::to_string(b.rows) + " x " + std::to_string(b.seq_len);
+}
+
 //! Byte-level data: samples `rows` random windows of seq_len+1 bytes of `text`.
 batch sample_batch(const std::string& text, std::int64_t rows, std::int64_t seq_len, std::uint64_t& rng_state);
 

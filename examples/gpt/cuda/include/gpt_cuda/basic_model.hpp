@@ -317,10 +317,7 @@ auto basic_part<B, S>::forward(const tpipe::unit& u, activation in) -> activatio
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t d = cfg.d_model, Lb = bt.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
     const std::int64_t n = rows * s;
-    if (u.row_begin < 0 || u.row_end > bt.rows || rows < 1 || t0 < 0 || t1 > Lb || s < 1)
-        refuse("unit rows [" + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + ") tokens [" +
-               std::to_string(t0) + "," + std::to_string(t1) + ") do not fit the batch " + std::to_string(bt.rows) +
-               " x " + std::to_string(Lb));
+    if (const std::string why = gpt::unit_outside(u, bt); !why.empty()) refuse(why);
     auto it = mbs_.find(u.microbatch);
     if (t0 == 0) {
         if (it != mbs_.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
