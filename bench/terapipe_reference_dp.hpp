@@ -1,7 +1,7 @@
 #pragma once
 // Our re-implementation of the official TeraPipe planner's algorithm (zhuohan123/terapipe,
 // latency_model.py `planning` with the batch extension of PR #41), written from its
-// description in reference/terapipe.md sections 1.4-1.6 to compare speed and results:
+// description in docs/papers.md sections 1.4-1.6 to compare speed and results:
 //   * the latency grid covers every (b, s, c) with b = 1..B, s = 1..n units, c = 0..n units,
 //     including the impossible s + c > n entries; its sorted distinct values are the caps;
 //   * caps are tried in increasing order; the loop stops when K * cap > best, and skips a cap

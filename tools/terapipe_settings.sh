@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prints docs/planner.md's "Against TeraPipe's published results" table: every parallel setting
-# of the official repository (reference/terapipe.md 4.3) planned by `tpipe-plan slice` with the
+# of the official repository (docs/papers.md 4.3) planned by `tpipe-plan slice` with the
 # built-in calibrated V100 model, 8-token granularity, shared cut.
 # Usage: tools/terapipe_settings.sh   (after building tpipe-plan; BUILD_DIR overrides build/)
 set -euo pipefail

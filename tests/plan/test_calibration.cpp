@@ -1,5 +1,5 @@
 // The calibrated analytic model: each added term against its closed form, and the built-in
-// presets against TeraPipe's published iteration times (reference/terapipe.md 4.4), with the
+// presets against TeraPipe's published iteration times (docs/papers.md 4.4), with the
 // tolerances of issue 11: speedup 175B 5.0x and 13B 1.4x within 10 %, 1B 1.0x within 5 %,
 // iteration times within 15 % of 5.822 / 1.160 s (175B) and 1.863 / 1.328 s (13B).
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-// The configuration search on TeraPipe's clusters (reference/terapipe.md 4.2-4.4): what it
+// The configuration search on TeraPipe's clusters (docs/papers.md 4.2-4.4): what it
 // enumerates, that each row is the slicing DP of that configuration, and where the paper's
 // chosen configurations land (docs/planner.md "Configuration search" discusses the 13B gap).
 #include <catch2/catch.hpp>

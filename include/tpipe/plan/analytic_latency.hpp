@@ -94,7 +94,7 @@ public:
         int gradient_bytes = 2;    //!< bytes per accumulated gradient element (TeraPipe: fp16 .grad)
     };
 
-    // Framework ops of one layer of the TeraPipe / Megatron block (reference/terapipe.md 3.1):
+    // Framework ops of one layer of the TeraPipe / Megatron block (docs/papers.md 3.1):
     // forward LN, QKV GEMM, q scale, 2 cache writes, QK^T, mask add, 2 casts, softmax, AV,
     // reshape, out-proj, all-reduce, bias, residual, LN, fc1, ReLU, fc2, all-reduce, bias,
     // residual and two views (24); a backward issues about twice as many; then one `grad += dW`

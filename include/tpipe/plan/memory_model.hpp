@@ -3,7 +3,7 @@
 //
 // Static (for the whole iteration), per parameter on the rank:
 //     weight_bytes + gradient_bytes + master_bytes + optimizer_bytes
-// The defaults are mixed-precision Adam as TeraPipe runs it (reference/terapipe.md 3.4): fp16
+// The defaults are mixed-precision Adam as TeraPipe runs it (docs/papers.md 3.4): fp16
 // weights (2) and fp16 gradients (2), an fp32 master copy (4) and Adam's two fp32 moments (8):
 // 16 bytes per parameter. Parameters per layer and rank are Megatron's split of the four GEMMs
 // (12 H^2 / tp) with their biases, and two layer norms (4 H); the stage that holds the
@@ -15,7 +15,7 @@
 //     b s H (10 + 24 / tp) bytes  +  5 bytes x (heads / tp) x b x s x (c + s)   (attention scores)
 // The second term is eq. 2's 5 a s^2 b with the slice's s queries over its c + s keys.
 //
-// K/V buffers (TeraPipe's cache, reference/terapipe.md 3.5): every microbatch in flight keeps a
+// K/V buffers (TeraPipe's cache, docs/papers.md 3.5): every microbatch in flight keeps a
 // full-length K and V of b x L x H / tp elements per layer from its first forward to its last
 // backward, and the microbatch being back-propagated has a K/V gradient buffer of the same size
 // (later slices add their gradient into earlier K/V). This counts the slice's own K and V,

@@ -1,6 +1,6 @@
 #pragma once
 // Built-in shapes, devices and links for the analytic latency model. Sources, per field:
-//   models: GPT-3 configurations of the TeraPipe code (reference/terapipe.md table 4.1);
+//   models: GPT-3 configurations of the TeraPipe code (docs/papers.md table 4.1);
 //   peak_flops, memory_bandwidth, intra_node_bandwidth (NVLink per direction), sm_count: the
 //     vendors' data sheets (SXM parts: V100 80 SMs, A100 108, H100 and H200 132);
 //   gemm_tile 128: the 128 x 128 output tile of cuBLAS's large half-precision kernels, the
