@@ -102,8 +102,10 @@ tpipe::uniform_pipeline<affine> make_pipe(int n) { return tpipe::uniform_pipelin
 } // namespace
 
 static_assert(tpipe::transport<peer_transport>);
-static_assert(tpipe::detail::connects_local<peer_transport, dvec>);
-static_assert(!tpipe::detail::connects_local<tpipe::local_transport, dvec>);  // the existing transports keep local channels
+static_assert(tpipe::local_connecting_transport<peer_transport, dvec>);
+static_assert(!tpipe::transport_for<peer_transport, dvec>);  // it makes no channel to another process
+static_assert(!tpipe::local_connecting_transport<peer_transport, int>);  // no device form: no channel at all
+static_assert(!tpipe::local_connecting_transport<tpipe::local_transport, dvec>);  // the existing transports keep local channels
 
 TEST_CASE("the runner's connect_local seam: a transport without it keeps local channels, one with it gets its own",
           "[nccl][peer][seam]")

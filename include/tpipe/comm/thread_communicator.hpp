@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/loop.hpp"
@@ -618,6 +619,7 @@ public:
     //! Cancels every member of the group (any thread): what a failed replica does, since no
     //! transport tells the replicas of one process about each other's failures.
     void cancel_group() noexcept { g_->cancel_all(); }
+    static constexpr bool tpipe_group_cancelling_communicator = true;
     void reset() { g_->reset(rank_); }
 
 private:
@@ -664,5 +666,6 @@ private:
 };
 
 static_assert(communicator<thread_communicator>);
+static_assert(group_cancelling_communicator<thread_communicator>);
 
 } // namespace tpipe

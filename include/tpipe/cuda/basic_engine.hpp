@@ -40,8 +40,10 @@
 #include "tpipe/cuda/driver.hpp"
 #include "tpipe/cuda/event_pool.hpp"
 #include "tpipe/cuda/host_func_wait.hpp"
+#include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/loop.hpp"
+#include "tpipe/exec/reporting_engine.hpp"
 
 namespace tpipe::cuda {
 
@@ -132,6 +134,11 @@ public:
     basic_event_pool<D>& events() noexcept { return events_; }
     basic_memory_pool<D>& memory() noexcept { return memory_; }
     D& driver_ref() noexcept { return d_; }
+
+    //! Its computes wait for the GPU: tpipe::run interrupts them (cancel / reset_cancel) and the
+    //! watchdog reports what they wait for (waiting_for).
+    static constexpr bool tpipe_cancellable_engine = true;
+    static constexpr bool tpipe_reporting_engine = true;
 
     //! Every compute waiting for the GPU resumes with operation_cancelled (any thread).
     void cancel() noexcept

@@ -20,5 +20,6 @@ public:
     explicit engine(engine_options o) : basic_engine<runtime_driver>(runtime_driver::instance(), std::move(o)) {}
 };
 static_assert(tpipe::engine<engine>);
+static_assert(tpipe::cancellable_engine<engine> && tpipe::reporting_engine<engine>);
 
 } // namespace tpipe::cuda

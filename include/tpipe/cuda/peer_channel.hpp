@@ -29,6 +29,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/cuda_error.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/errors.hpp"
@@ -49,7 +50,7 @@ concept peer_copier = std::copy_constructible<A> &&
                           { a.describe_stream(0) } -> std::convertible_to<std::string>;
                       };
 
-template <payload T, peer_copier Copier, class Pool>
+template <payload T, peer_copier Copier, payload_pool Pool>
 class basic_peer_channel {
 public:
     using value_type = T;

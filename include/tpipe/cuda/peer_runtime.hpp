@@ -60,12 +60,14 @@ struct peer_runtime {
 };
 static_assert(peer_copier<peer_runtime>);
 
-template <class Pool>
+template <payload_pool Pool>
 using peer_transport = basic_peer_transport<peer_runtime, Pool>;
+static_assert(tpipe::transport<peer_transport<memory_pool>> && !tpipe::transport_for<peer_transport<memory_pool>, int>);
+static_assert(tpipe::enable_local_connecting_transport<peer_transport<memory_pool>>);
 
 //! Rank r on engine device device_of_rank[r]: its GPU and its transfer stream come from `eng`;
 //! its payloads from *pool_of_rank[r].
-template <class Pool>
+template <payload_pool Pool>
 peer_transport<Pool> make_peer_transport(const engine& eng, const std::vector<int>& device_of_rank, std::vector<Pool*> pool_of_rank)
 {
     std::vector<int> gpus;

@@ -1,8 +1,9 @@
 #pragma once
 // tpipe::cuda::basic_peer_transport<Copier, Pool>: the transport of a pipeline whose ranks all run
 // in this process on GPUs (tpipe::cuda::engine): every boundary gets a peer channel
-// (tpipe/cuda/peer_channel.hpp) through connect_local, which moves the payload between ranks on
-// one GPU and copies it (cudaMemcpyPeerAsync on the receiver's transfer stream) between GPUs.
+// (tpipe/cuda/peer_channel.hpp) through connect_local (it is a tpipe::local_connecting_transport),
+// which moves the payload between ranks on one GPU and copies it (cudaMemcpyPeerAsync on the
+// receiver's transfer stream) between GPUs. It makes no channel to another process.
 // tpipe::cuda::peer_transport (tpipe/cuda/peer_runtime.hpp) is it over the CUDA runtime.
 //
 //   tpipe::cuda::engine eng({.gpu_of_device = {0, 1}});
@@ -16,15 +17,21 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/peer_channel.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
+#include "tpipe/exec/local_connecting_transport.hpp"
 #include "tpipe/exec/transport.hpp"
 
 namespace tpipe::cuda {
 
-template <peer_copier Copier, class Pool>
+template <peer_copier Copier, payload_pool Pool>
 class basic_peer_transport {
 public:
+    //! Carries payloads with a device form; the runner refuses a boundary of any other type.
     template <class T>
+        requires device_payload<T, Pool>
     using channel_type = basic_peer_channel<T, Copier, Pool>;
+    //! Every boundary is inside this process and gets its channel from connect_local.
+    static constexpr bool tpipe_local_connecting_transport = true;
     using stream_t = typename Copier::stream_t;
 
     //! Rank r runs on GPU gpu_of_rank[r], receives on transfer_stream_of_rank[r] into payloads
@@ -41,13 +48,9 @@ public:
     }
 
     bool runs(int) const noexcept { return true; }
+    //! The channel of a boundary whose two ranks run here (tpipe/exec/local_connecting_transport.hpp).
     template <class T>
-    std::unique_ptr<channel_type<T>> connect(const endpoint&)
-    {
-        throw error("peer_transport: every rank runs in this process, so no boundary needs a remote channel");
-    }
-    //! The channel of a boundary whose two ranks run here (the runner's seam: tpipe/exec/transport.hpp).
-    template <class T>
+        requires device_payload<T, Pool>
     std::unique_ptr<channel_type<T>> connect_local(const endpoint& e)
     {
         const auto n = static_cast<int>(gpu_.size());

@@ -15,13 +15,15 @@
 // every replica). Stages without gradients() (tpipe/exec/gradients.hpp) and stages without a
 // communicator are skipped. The sum is bitwise identical on every replica (the rank-order fold
 // on threads and MPI, NCCL's order on GPUs: tpipe/comm/communicator.hpp); options::average then
-// scales by 1 / replicas on every replica alike, on the host, or, with a communicator that has
-// all_reduce_average (NCCL: the gradients are device memory the host cannot touch), by it.
+// scales by 1 / replicas on every replica alike, on the host, or, with a
+// tpipe::averaging_communicator (NCCL: the gradients are device memory the host cannot touch),
+// by it (tpipe/comm/averaging_communicator.hpp).
 //
 // Failure: when the iteration fails on a replica, the hook cancels its communicators. Members
 // in other processes learn of it through the transport (the runner stops with tpipe::peer_error
-// and cancels theirs); members on threads of one process (thread_communicator) are all
-// cancelled at once (cancel_group), so no replica is left waiting in a collective.
+// and cancels theirs); members on threads of one process (thread_communicator, a
+// tpipe::group_cancelling_communicator) are all cancelled at once, so no replica is left
+// waiting in a collective.
 #include <algorithm>
 #include <cstddef>
 #include <functional>
@@ -30,7 +32,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/pipeline.hpp"
@@ -46,6 +50,9 @@ struct data_parallel_options {
 
 template <communicator C>
 class data_parallel {
+    // A communicator that declares an optional capability must have its members (a sentence names them).
+    static_assert(detail::check_averaging_communicator<C>() && detail::check_group_cancelling_communicator<C>());
+
 public:
     using options = data_parallel_options;
 
@@ -76,10 +83,7 @@ public:
         return backward_hook{
             [this](int stage) { return reduce(stage); },
             [this] {
-                for (C* c : distinct_) {
-                    if constexpr (requires { c->cancel_group(); }) c->cancel_group();
-                    else c->cancel();
-                }
+                for (C* c : distinct_) cancel_group_of(*c);
             },
             [this] {
                 for (C* c : distinct_) c->reset();
@@ -105,7 +109,7 @@ private:
         const T scale = T(1) / static_cast<T>(c.size());
         for (std::size_t at = 0; at < s.size(); at += bucket) {
             std::span<T> part = s.subspan(at, std::min(bucket, s.size() - at));
-            if constexpr (requires { c.all_reduce_average(part); }) {
+            if constexpr (averaging_communicator<C>) {
                 if (opts_.average) {
                     co_await c.all_reduce_average(part);
                     continue;

@@ -38,12 +38,12 @@ struct probe_fn {
 //! An engine: devices(), the loop of each device, and compute(device, fn) as an awaitable that
 //! resumes with fn's result.
 //!
-//! Optional members, used by tpipe::run when an engine has them (an engine whose computes wait
-//! for something outside the loop, such as a GPU stream, needs them so that a failed or stuck
-//! iteration ends instead of hanging): `cancel()` (noexcept, any thread: every compute waiting
-//! resumes with tpipe::operation_cancelled), `reset_cancel()` (before the next iteration), and
-//! `waiting_for(device)` (a text for the watchdog's report: what the compute running on
-//! `device` waits for, empty if nothing). cpu_engine has none: its computes never wait.
+//! Optional capabilities, which an engine declares explicitly (an engine whose computes wait for
+//! something outside the loop, such as a GPU stream, needs them so that a failed or stuck
+//! iteration ends instead of hanging): tpipe::cancellable_engine (cancel / reset_cancel,
+//! tpipe/exec/cancellable_engine.hpp) and tpipe::reporting_engine (waiting_for, for the
+//! watchdog's report, tpipe/exec/reporting_engine.hpp). cpu_engine declares neither: its
+//! computes never wait.
 template <class E>
 concept engine = requires(E& e, int device, detail::probe_fn fn) {
     { e.devices() } -> std::convertible_to<int>;
@@ -137,5 +137,7 @@ private:
     int devices_ = 0;
     std::vector<std::unique_ptr<loop_thread>> loops_;
 };
+
+static_assert(engine<cpu_engine>);
 
 } // namespace tpipe

@@ -172,8 +172,10 @@ private:
 };
 
 namespace detail {
+//! The visitor pipeline_graph offers visit_stages: it accepts stages only, so a graph that hands
+//! it anything else fails where the runner binds it, naming the type.
 struct stage_visit_probe {
-    template <class S>
+    template <stage S>
     void operator()(std::size_t, S&) const
     {
     }
@@ -188,6 +190,6 @@ concept pipeline_graph = requires(std::remove_cvref_t<P>& p) {
     typename std::remove_cvref_t<P>::output;
     { p.size() } -> std::convertible_to<std::size_t>;
     p.visit_stages(detail::stage_visit_probe{});
-};
+} && payload<typename std::remove_cvref_t<P>::input> && payload<typename std::remove_cvref_t<P>::output>;
 
 } // namespace tpipe

@@ -26,9 +26,9 @@
 // unit, and tells the transport, which stops the other processes with a tpipe::peer_error. The
 // watchdog turns "no rank started a new action for `watchdog`" into a tpipe::watchdog_error
 // listing what every rank waits for. Cancellation is cooperative: waits are interrupted, a
-// stage function that never returns is not. An engine with cancel() / reset_cancel() (the CUDA
-// engine) has its computes' waits interrupted too, and one with waiting_for(device) says in the
-// watchdog's report what such a compute waits for.
+// stage function that never returns is not. A tpipe::cancellable_engine (the CUDA engine) has its
+// computes' waits interrupted too, and a tpipe::reporting_engine says in the watchdog's report
+// what such a compute waits for (tpipe/exec/cancellable_engine.hpp, reporting_engine.hpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -40,7 +40,6 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -50,10 +49,13 @@
 #include "tpipe/exec/detail/root.hpp"
 #include "tpipe/exec/detail/steps.hpp"
 #include "tpipe/exec/detail/supervisor.hpp"
+#include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/detail/tick_clock.hpp"
+#include "tpipe/exec/detail/type_name.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/pipeline.hpp"
+#include "tpipe/exec/reporting_engine.hpp"
 #include "tpipe/exec/run_options.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/exec/task.hpp"
@@ -70,6 +72,9 @@ namespace tpipe {
 //! per-rank coroutines).
 template <pipeline_graph Pipe, engine E, transport X = local_transport>
 class runner {
+    // An engine that declares an optional capability must have its members (a sentence names them).
+    static_assert(detail::check_cancellable_engine<E>() && detail::check_reporting_engine<E>());
+
 public:
     using input = typename Pipe::input;
     using output = typename Pipe::output;
@@ -170,13 +175,13 @@ public:
                               watchdog_error(detail::stuck_report(prog_, progress_.get(), device_,
                                                                   std::chrono::duration<double>(opts_.watchdog).count(),
                                                                   [&](int r) { return x_->where(r); },
-                                                                  [&](int r) { return engine_waits(r); }))),
+                                                                  [&](int r) { return tpipe::engine_waits(eng_, device_[r]); }))),
                           true);
                 return true;
             });
         // Every rank finished: nothing waits on the engine any more, so its cancellation (if
         // the iteration failed) must not outlive the iteration.
-        if constexpr (requires { eng_.reset_cancel(); }) eng_.reset_cancel();
+        reset_cancel_computes(eng_);
         roots.clear();
         tasks.clear();
         frame_.io = nullptr;
@@ -244,11 +249,10 @@ private:
     {
         const std::size_t n = pipe.size();
         bindings_.resize(n);
-        pipe.visit_stages([&](std::size_t i, auto& s) {
-            using S = std::remove_cvref_t<decltype(s)>;
+        pipe.visit_stages([&]<stage S>(std::size_t i, S& s) {
             using out_t = stage_output_t<S>;
             auto b = std::make_unique<detail::boundary<out_t, X>>();
-            payload_names_ += std::string(typeid(out_t).name()) + ";";
+            payload_names_ += detail::portable_type_name<out_t>() + ";";
             if (i + 1 < n) {
                 const int from = prog_.stage_rank[i], to = prog_.stage_rank[i + 1];
                 const bool here_from = x_->runs(from), here_to = x_->runs(to);
@@ -364,7 +368,7 @@ private:
         if (iterations_++ > 0)
             for (auto& b : boundaries_) b->reset(U_, left_payloads_);
         cancel_.store(false, std::memory_order_relaxed);
-        if constexpr (requires { eng_.reset_cancel(); }) eng_.reset_cancel();
+        reset_cancel_computes(eng_);
         error_ = nullptr;
         error_is_local_ = false;
         if (opts_.after_backward.reset) opts_.after_backward.reset();
@@ -534,21 +538,13 @@ private:
     }
 
     // ---- failure, completion ------------------------------------------------------------------
-    //! What the compute rank r runs waits for, if its engine can tell (a GPU stream); else empty.
-    std::string engine_waits(int r)
-    {
-        if constexpr (requires { { eng_.waiting_for(0) } -> std::convertible_to<std::string>; })
-            return eng_.waiting_for(device_[r]);
-        else
-            return {};
-    }
 
     //! Cancels everything of the iteration, also the computes an engine waits for (a GPU's work
     //! that never completes must not hold the iteration: the engine's cancel() resumes them).
     void cancel_all() noexcept
     {
         cancel_.store(true, std::memory_order_seq_cst);
-        if constexpr (requires { eng_.cancel(); }) eng_.cancel();
+        cancel_computes(eng_);
         for (auto& b : boundaries_) b->cancel();
         if (opts_.after_backward.cancel) opts_.after_backward.cancel();
     }

@@ -1,14 +1,22 @@
 #pragma once
-// The transport concept: where each stage boundary gets its channels from, and which pipeline
-// ranks this process runs (SPMD: every process builds the same program and the same pipeline,
-// and runs only its own ranks). The runner asks the transport for a channel (connect) when one
-// of a boundary's ranks runs elsewhere, and needs no channel when neither does. When both run
-// here it uses a local_channel (the payload moves), unless the transport has
-//   template <class T> std::unique_ptr<channel_type<T>> connect_local(const endpoint&);
-// (optional; endpoint::sending is true, the channel has both ends): then it uses that channel,
-// e.g. tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
-// tpipe::local_transport (every rank here), tpipe::mpi::transport (ranks spread over MPI
-// processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport (GPUs of one process).
+// The transport concept: which pipeline ranks this process runs (SPMD: every process builds the
+// same program and the same pipeline, and runs only its own ranks) and what processes must agree
+// on (the control plane), and, per payload type, where a boundary between this process and
+// another gets its channels (the channel factory). The runner asks the transport for a channel
+// (connect) when one of a boundary's ranks runs elsewhere, and needs no channel when neither
+// does. When both run here it uses a local_channel (the payload moves), unless the transport is
+// a tpipe::local_connecting_transport (tpipe/exec/local_connecting_transport.hpp), e.g.
+// tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
+// tpipe::local_transport (every rank here: it makes no channel), tpipe::mpi::transport (ranks
+// spread over MPI processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport
+// (GPUs of one process).
+//
+// The channel factory is per payload type: transport_for<X, T> holds when X::channel_type<T>
+// names a channel and connect<T>(endpoint) makes one. A transport that cannot carry a type (MPI
+// without tpipe::payload_traits<T>, NCCL without device_payload_traits<T>) leaves
+// channel_type<T> undefined (a constrained alias); the runner then refuses, before the first
+// iteration, only a boundary of that type that would need the transport's channel. The last
+// stage's output never travels: it needs no channel.
 //
 // Besides channels, a transport carries what processes must agree on:
 // - agree(fingerprint): a collective at runner construction; every process passes a text
@@ -40,41 +48,55 @@ struct endpoint {
     int boundaries = 0;   //!< boundaries of the pipeline (to make tags unique per boundary)
 };
 
-namespace detail {
-using transport_probe = std::vector<int>;
-} // namespace detail
-
+//! The control plane: which ranks run here, where the others run, agreement and failure notices.
 template <class X>
-concept transport =
-    requires { typename X::template channel_type<detail::transport_probe>; } &&
-    channel<typename X::template channel_type<detail::transport_probe>> &&
-    requires(X& x, const X& cx, int rank, const endpoint& e, const std::string& text) {
-        { cx.runs(rank) } -> std::convertible_to<bool>;
-        { x.template connect<detail::transport_probe>(e) }
-            -> std::same_as<std::unique_ptr<typename X::template channel_type<detail::transport_probe>>>;
-        x.agree(text);
-        x.fail(text);
-        { x.failure() } -> std::same_as<std::optional<std::string>>;
-        { cx.where(rank) } -> std::convertible_to<std::string>;
-    };
+concept transport = requires(X& x, const X& cx, int rank, const std::string& text) {
+    { cx.runs(rank) } -> std::convertible_to<bool>;
+    x.agree(text);
+    x.fail(text);
+    { x.failure() } -> std::same_as<std::optional<std::string>>;
+    { cx.where(rank) } -> std::convertible_to<std::string>;
+};
+
+//! Whether X's channel_type<T> names a channel of T (X carries payloads of type T).
+template <class X, class T>
+concept has_channel_type_for = payload<T> && requires { typename X::template channel_type<T>; } &&
+                               channel<typename X::template channel_type<T>>;
+
+//! The channel factory of a transport for payloads of type T: X::channel_type<T> is a channel of
+//! T and connect<T>(endpoint) makes the channel of one direction of a boundary whose other end
+//! runs in another process.
+template <class X, class T>
+concept transport_for = transport<X> && has_channel_type_for<X, T> && requires(X& x, const endpoint& e) {
+                            { x.template connect<T>(e) } -> std::same_as<std::unique_ptr<typename X::template channel_type<T>>>;
+                        };
+
+namespace detail {
+//! True; a compile error naming connect when X's channel_type<T> names a channel but X cannot
+//! connect it (a transport that only connects inside this process, a
+//! tpipe::local_connecting_transport, needs no connect).
+template <class X, class T, bool only_local>
+consteval bool check_transport_for()
+{
+    if constexpr (has_channel_type_for<X, T> && !only_local)
+        static_assert(requires(X& x, const endpoint& e) {
+            { x.template connect<T>(e) } -> std::same_as<std::unique_ptr<typename X::template channel_type<T>>>;
+        }, "this transport's channel_type<T> names a channel, so it must have `template <class T> "
+           "std::unique_ptr<channel_type<T>> connect(const tpipe::endpoint&)`");
+    return true;
+}
+} // namespace detail
 
 //! Every rank in this process: every boundary is a local_channel.
 class local_transport {
 public:
-    template <payload T>
-    using channel_type = local_channel<T>;
-
     bool runs(int) const noexcept { return true; }
-    template <payload T>
-    std::unique_ptr<local_channel<T>> connect(const endpoint&)
-    {
-        throw error("local_transport: every rank runs in this process, so no boundary needs a remote channel");
-    }
     void agree(const std::string&) const noexcept {}
     void fail(const std::string&) const noexcept {}
     std::optional<std::string> failure() const noexcept { return std::nullopt; }
     std::string where(int) const { return {}; }
 };
 static_assert(transport<local_transport>);
+static_assert(!transport_for<local_transport, int>, "local_transport makes no channel: no boundary leaves the process");
 
 } // namespace tpipe

@@ -367,4 +367,6 @@ private:
     std::exception_ptr error_;
 };
 
+static_assert(tpipe::channel<channel<std::vector<float>>>);
+
 } // namespace tpipe::mpi

@@ -29,7 +29,9 @@ namespace tpipe::mpi {
 
 class transport {
 public:
-    template <class T>
+    //! Carries payloads with a byte form (tpipe::payload_traits); the runner refuses a boundary
+    //! between processes of any other type.
+    template <byte_payload T>
     using channel_type = mpi::channel<T>;
 
     //! Replica `replica` of world `w` over the processes of `comm` (duplicated: tpipe's messages
@@ -77,7 +79,7 @@ public:
         return p == me_ ? std::string() : "on process " + std::to_string(p);
     }
 
-    template <class T>
+    template <byte_payload T>
     std::unique_ptr<channel<T>> connect(const endpoint& e)
     {
         const long long base = 2LL * (2LL * e.boundary + (e.forward ? 0 : 1)) * e.tags;
@@ -152,5 +154,6 @@ private:
     std::vector<MPI_Request> notices_;
 };
 static_assert(tpipe::transport<transport>);
+static_assert(tpipe::transport_for<transport, std::vector<float>> && !tpipe::transport_for<transport, int>);
 
 } // namespace tpipe::mpi

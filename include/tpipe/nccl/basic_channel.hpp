@@ -39,11 +39,12 @@
 #include "tpipe/nccl/detail/polled.hpp"
 #include "tpipe/nccl/detail/receive_lane.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 
 namespace tpipe::nccl {
 
-template <payload T, api Api, class Pool>
+template <payload T, api Api, cuda::payload_pool Pool>
 class basic_channel final : private detail::lane_sink {
 public:
     using value_type = T;

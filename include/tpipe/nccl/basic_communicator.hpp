@@ -52,6 +52,7 @@
 #include <string>
 #include <utility>
 
+#include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/errors.hpp"
@@ -265,6 +266,7 @@ public:
 
     //! In-place mean over every member (ncclAvg), on the GPU: data_parallel uses it to average,
     //! since the host cannot scale device memory.
+    static constexpr bool tpipe_averaging_communicator = true;
     template <class T>
         requires reducible<T>
     detail::completion<Api> all_reduce_average(std::span<T> values)

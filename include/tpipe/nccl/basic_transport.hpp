@@ -34,6 +34,7 @@
 #include "tpipe/nccl/basic_channel.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
 
 namespace tpipe::nccl {
 
@@ -50,10 +51,13 @@ concept transport_control = requires(C& c, const C& cc, int rank, const std::str
     { c.failure() } -> std::same_as<std::optional<std::string>>;
 };
 
-template <api Api, transport_control Control, class Pool>
+template <api Api, transport_control Control, cuda::payload_pool Pool>
 class basic_transport {
 public:
+    //! Carries payloads with a device form (tpipe::cuda::device_payload_traits); the runner
+    //! refuses a boundary between processes of any other type.
     template <class T>
+        requires cuda::device_payload<T, Pool>
     using channel_type = basic_channel<T, Api, Pool>;
     using comm_t = typename Api::comm_t;
 
@@ -108,10 +112,9 @@ public:
     const tpipe::world& layout() const { return control_.layout(); }
 
     template <class T>
+        requires cuda::device_payload<T, Pool>
     std::unique_ptr<channel_type<T>> connect(const endpoint& e)
     {
-        static_assert(cuda::device_payload<T, Pool>, "tpipe::nccl::transport: this stage payload type has no device form; specialise "
-                                               "tpipe::cuda::device_payload_traits<T> (tpipe/cuda/peer_payload.hpp)");
         const tpipe::world& w = control_.layout();
         const int peer = w.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank);
         const int key = 2 * e.boundary + (e.forward ? 0 : 1);

@@ -9,13 +9,17 @@
 //   tpipe::mpi::transport control(w, 0);
 //   const auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, tpipe::nccl::runtime_api::make_unique_id);
 //   tpipe::nccl::transport<my_pool> x({}, id, control, pool);   // collective
+#include "tpipe/cuda/memory_pool.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/mpi/transport.hpp"
 #include "tpipe/nccl/basic_transport.hpp"
 #include "tpipe/nccl/runtime_api.hpp"
 
 namespace tpipe::nccl {
 
-template <class Pool>
+template <cuda::payload_pool Pool>
 using transport = basic_transport<runtime_api, mpi::transport, Pool>;
+static_assert(tpipe::transport<transport<cuda::memory_pool>>);
+static_assert(!tpipe::transport_for<transport<cuda::memory_pool>, int>);  // no device form: refused between processes
 
 } // namespace tpipe::nccl

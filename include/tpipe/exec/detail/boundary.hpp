@@ -2,18 +2,23 @@
 // detail::boundary<T, X>: everything at the output of one stage (T = its output type): the
 // payloads waiting to be sent or consumed on this process, and the two channels to the next
 // stage (activations forward, gradients backward), each local, from transport X (connect, or
-// connect_local for a boundary inside this process when X has it), or none.
+// connect_local for a boundary inside this process when X is a local_connecting_transport), or
+// none. X's channel type for T is used only if X carries T (has_channel_type_for): the last
+// stage's output, which never travels, needs none.
 // detail::boundary_base is the type-independent face the rank coroutine awaits through.
 #include <concepts>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/exec/detail/type_name.hpp"
 #include "tpipe/exec/local_channel.hpp"
+#include "tpipe/exec/local_connecting_transport.hpp"
 #include "tpipe/exec/transport.hpp"
 
 namespace tpipe::detail {
@@ -108,17 +113,38 @@ public:
     virtual bool remote(bool forward) const noexcept = 0;
 };
 
-//! Whether transport X chooses the channel of a boundary whose two ranks run in this process
-//! (connect_local, see tpipe/exec/transport.hpp); otherwise it is a local_channel.
+//! The channel type of a boundary of T that a transport cannot carry: never connected, so
+//! never called (boundary::connect refuses the boundaries that would need it).
+template <payload T>
+struct no_channel {
+    using value_type = T;
+    [[noreturn]] static void unreachable() { throw error("runtime: a boundary without a channel was used"); }
+    void send(int, T&&) { unreachable(); }
+    void post(int) { unreachable(); }
+    std::suspend_never arrival(int) { unreachable(); }
+    bool ready(int) const noexcept { return false; }
+    T take(int) { unreachable(); }
+    std::suspend_never drain() { unreachable(); }
+    void cancel() noexcept {}
+    void reset(int) noexcept {}
+};
+
 template <class X, class T>
-concept connects_local = requires(X& x, const endpoint& e) {
-    { x.template connect_local<T>(e) } -> std::same_as<std::unique_ptr<typename X::template channel_type<T>>>;
+struct remote_channel_of {
+    using type = no_channel<T>;
+};
+template <class X, class T>
+    requires has_channel_type_for<X, T>
+struct remote_channel_of<X, T> {
+    using type = typename X::template channel_type<T>;
 };
 
 template <payload T, transport X>
 class boundary final : public boundary_base {
 public:
-    using remote_channel = typename X::template channel_type<T>;
+    using remote_channel = typename remote_channel_of<X, T>::type;
+    static_assert(check_local_connecting_transport<X, T>() &&
+                  check_transport_for<X, T, enable_local_connecting_transport<X>>());
 
     std::vector<std::optional<T>> act_out;   //!< forward output not yet sent or consumed
     std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
@@ -127,16 +153,19 @@ public:
     link<T, remote_channel> bwd;             //!< gradients from the next stage
 
     //! Connects both directions of boundary `index` (stage index to stage index + 1, on ranks
-    //! `from` and `to`) for `units` units.
+    //! `from` and `to`) for `units` units. Refuses a boundary that needs a channel of the
+    //! transport when the transport cannot carry T.
     void connect(X& x, boundary_ends ends, int index, int boundaries, int from, int to, int units)
     {
         switch (ends) {
         case boundary_ends::none:
         case boundary_ends::same_rank: break;
         case boundary_ends::both_here:
-            if constexpr (connects_local<X, T>) {  // the transport picks the channel (e.g. GPU peer copies)
+            if constexpr (local_connecting_transport<X, T>) {  // the transport picks the channel (e.g. GPU peer copies)
                 fwd.connect_remote(x.template connect_local<T>(endpoint{index, true, from, to, true, units, boundaries}));
                 bwd.connect_remote(x.template connect_local<T>(endpoint{index, false, to, from, true, units, boundaries}));
+            } else if constexpr (enable_local_connecting_transport<X>) {
+                refuse(index, "between two ranks of this process");
             } else {
                 fwd.connect_local();
                 bwd.connect_local();
@@ -144,9 +173,14 @@ public:
             break;
         case boundary_ends::sender_here:
         case boundary_ends::receiver_here: {
-            const bool here_first = ends == boundary_ends::sender_here;  // stage `index` runs here
-            fwd.connect_remote(x.template connect<T>(endpoint{index, true, from, to, here_first, units, boundaries}));
-            bwd.connect_remote(x.template connect<T>(endpoint{index, false, to, from, !here_first, units, boundaries}));
+            if constexpr (transport_for<X, T>) {
+                const bool here_first = ends == boundary_ends::sender_here;  // stage `index` runs here
+                fwd.connect_remote(x.template connect<T>(endpoint{index, true, from, to, here_first, units, boundaries}));
+                bwd.connect_remote(x.template connect<T>(endpoint{index, false, to, from, !here_first, units, boundaries}));
+            } else {
+                refuse(index, "between ranks " + std::to_string(from) + " and " + std::to_string(to) +
+                                  ", which run in different processes");
+            }
             break;
         }
         }
@@ -172,6 +206,15 @@ public:
     void arrival(any_awaiter& a, bool forward, int tag) override { (forward ? fwd : bwd).arrival(a, tag); }
     void drain(any_awaiter& a, bool forward) override { (forward ? fwd : bwd).drain(a); }
     bool remote(bool forward) const noexcept override { return (forward ? fwd : bwd).remote(); }
+
+private:
+    [[noreturn]] static void refuse(int index, const std::string& where)
+    {
+        throw invalid_argument("runner: the output of stage " + std::to_string(index) + " (" + portable_type_name<T>() +
+                               ") crosses a boundary " + where + ", but the transport has no channel for that type; give "
+                               "the type the form the transport sends (tpipe::payload_traits for MPI, "
+                               "tpipe::cuda::device_payload_traits for NCCL and GPU peer copies)");
+    }
 };
 
 } // namespace tpipe::detail

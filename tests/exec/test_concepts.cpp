@@ -1,0 +1,569 @@
+// Every concept of include/tpipe (but the CUDA/NCCL/MPI trees', tested in their suites), both
+// ways: models that must satisfy it (the shipped ones among them) and near misses that must not.
+// The optional capabilities' runtime defaults, and the runner's refusal of a boundary that its
+// transport cannot carry, are checked at run time below; a model that declares a capability
+// with a wrong member does not compile (tests/diagnostics/*, run by ctest).
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <coroutine>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tpipe/comm/averaging_communicator.hpp"
+#include "tpipe/comm/group_cancelling_communicator.hpp"
+#include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/elastic/elastic_latency.hpp"
+#include "tpipe/elastic/freeze.hpp"
+#include "tpipe/exec/cancellable_engine.hpp"
+#include "tpipe/exec/data_parallel.hpp"
+#include "tpipe/exec/gradients.hpp"
+#include "tpipe/exec/local_connecting_transport.hpp"
+#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/exec/reporting_engine.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/plan/analytic_latency.hpp"
+#include "tpipe/plan/latency_costs.hpp"
+#include "tpipe/plan/polynomial_latency.hpp"
+#include "tpipe/plan/profiler.hpp"
+#include "tpipe/plan/table_latency.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/schedule/dualpipe_v.hpp"
+#include "tpipe/schedule/gpipe.hpp"
+#include "tpipe/schedule/interleaved.hpp"
+#include "tpipe/schedule/interleaved_zb.hpp"
+#include "tpipe/schedule/looped_bfs.hpp"
+#include "tpipe/schedule/one_f_one_b.hpp"
+#include "tpipe/schedule/terapipe_1f1b.hpp"
+#include "tpipe/schedule/zb_h1.hpp"
+#include "tpipe/schedule/zb_v.hpp"
+#include "tpipe/sim/costs.hpp"
+#include "tpipe/slice/slicers.hpp"
+
+namespace {
+
+using tpipe::unit;
+
+// ---- payload, stage, pipeline -----------------------------------------------------------------
+struct immovable {
+    immovable() = default;
+    immovable(immovable&&) = delete;
+};
+static_assert(tpipe::payload<int> && tpipe::payload<std::vector<float>> && tpipe::payload<std::unique_ptr<int>>);
+static_assert(!tpipe::payload<int&> && !tpipe::payload<immovable> && !tpipe::payload<void>);
+
+struct ok_stage {
+    using input = int;
+    using output = double;
+    double forward(const unit&, int x) { return x; }
+    int backward(const unit&, double g) { return static_cast<int>(g); }
+};
+struct split_stage : ok_stage {
+    int backward_input(const unit&, double g) { return static_cast<int>(g); }
+    void backward_weight(const unit&) {}
+};
+struct no_types {
+    double forward(const unit&, int x) { return x; }
+    int backward(const unit&, double g) { return static_cast<int>(g); }
+};
+struct wrong_forward {  // returns the input type
+    using input = int;
+    using output = double;
+    int forward(const unit&, int x) { return x; }
+    int backward(const unit&, double g) { return static_cast<int>(g); }
+};
+struct wrong_backward {  // takes something else than the output gradient
+    using input = int;
+    using output = double;
+    double forward(const unit&, int x) { return x; }
+    int backward(const unit&, std::vector<double> g) { return static_cast<int>(g.size()); }
+};
+struct half_split : ok_stage {  // backward_input without backward_weight
+    int backward_input(const unit&, double g) { return static_cast<int>(g); }
+};
+struct back_stage {
+    using input = double;
+    using output = int;
+    int forward(const unit&, double x) { return static_cast<int>(x); }
+    double backward(const unit&, int g) { return g; }
+};
+struct same_stage {
+    using input = int;
+    using output = int;
+    int forward(const unit&, int x) { return x; }
+    int backward(const unit&, int g) { return g; }
+};
+static_assert(tpipe::declares_input_and_output_types<ok_stage> && !tpipe::declares_input_and_output_types<no_types>);
+static_assert(tpipe::has_forward_from_input_to_output<ok_stage> && !tpipe::has_forward_from_input_to_output<wrong_forward>);
+static_assert(tpipe::has_backward_from_output_grad_to_input_grad<ok_stage> &&
+              !tpipe::has_backward_from_output_grad_to_input_grad<wrong_backward>);
+static_assert(tpipe::stage<ok_stage> && tpipe::stage<std::reference_wrapper<ok_stage>>);
+static_assert(!tpipe::stage<no_types> && !tpipe::stage<wrong_forward> && !tpipe::stage<wrong_backward>);
+static_assert(tpipe::split_backward_stage<split_stage> && !tpipe::split_backward_stage<ok_stage> &&
+              !tpipe::split_backward_stage<half_split>);
+static_assert(tpipe::every_argument_is_a_stage<ok_stage, back_stage> && !tpipe::every_argument_is_a_stage<ok_stage, no_types>);
+static_assert(tpipe::each_stage_output_type_is_the_next_stage_input_type<ok_stage, back_stage>);
+static_assert(!tpipe::each_stage_output_type_is_the_next_stage_input_type<ok_stage, ok_stage>);
+static_assert(tpipe::uniform_stage<same_stage> && !tpipe::uniform_stage<ok_stage>);
+
+struct no_visit_graph {  // no visit_stages
+    using input = int;
+    using output = int;
+    std::size_t size() const { return 1; }
+};
+struct unmovable_io_graph {  // a visitor, but an output that is not a payload
+    using input = int;
+    using output = immovable;
+    std::size_t size() const { return 1; }
+    template <class F>
+    void visit_stages(F&&)
+    {
+    }
+};
+static_assert(tpipe::pipeline_graph<tpipe::pipeline_t<ok_stage, back_stage>>);
+static_assert(tpipe::pipeline_graph<tpipe::uniform_pipeline<same_stage>>);
+static_assert(!tpipe::pipeline_graph<no_visit_graph> && !tpipe::pipeline_graph<unmovable_io_graph>);
+
+// ---- gradients --------------------------------------------------------------------------------
+struct grads_span : same_stage {
+    std::span<float> gradients() { return {}; }
+};
+struct grads_list : same_stage {
+    std::vector<std::span<double>> gradients() { return {}; }
+};
+struct grads_ints : same_stage {
+    std::span<int> gradients() { return {}; }
+};
+static_assert(tpipe::exposes_gradients<grads_span> && tpipe::exposes_gradients<grads_list>);
+static_assert(!tpipe::exposes_gradients<grads_ints> && !tpipe::exposes_gradients<same_stage>);
+static_assert(tpipe::detail::gradient_span<std::span<float>> && !tpipe::detail::gradient_span<std::span<const float>>);
+
+// ---- awaitables, channels, byte payloads ------------------------------------------------------
+struct int_awaiter {
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+    int await_resume() const noexcept { return 1; }
+};
+struct has_co_await {
+    int_awaiter operator co_await() const { return {}; }
+};
+struct no_resume {
+    bool await_ready() const noexcept { return true; }
+    void await_suspend(std::coroutine_handle<>) const noexcept {}
+};
+static_assert(tpipe::awaiter_of<int_awaiter, int> && !tpipe::awaiter_of<no_resume, void>);
+static_assert(!tpipe::awaiter_of<int_awaiter, std::string>);
+static_assert(tpipe::awaitable_of<has_co_await, int> && tpipe::awaitable_of<std::suspend_never, void>);
+static_assert(!tpipe::awaitable_of<int, void> && !tpipe::awaitable_of<no_resume, void>);
+
+//! A channel without drain(): one member short.
+template <class T>
+struct undrained_channel {
+    using value_type = T;
+    void send(int, T&&) {}
+    void post(int) {}
+    std::suspend_never arrival(int) { return {}; }
+    bool ready(int) const { return false; }
+    T take(int) { return T{}; }
+    void cancel() {}
+    void reset(int) {}
+};
+static_assert(tpipe::channel<tpipe::local_channel<int>> && tpipe::channel<tpipe::local_channel<std::unique_ptr<int>>>);
+static_assert(tpipe::channel<tpipe::detail::no_channel<int>> && !tpipe::channel<undrained_channel<int>>);
+
+struct opaque {  // a payload without a byte form
+    int v = 0;
+};
+static_assert(tpipe::byte_payload<std::vector<float>> && tpipe::byte_payload<std::vector<std::int64_t>>);
+static_assert(!tpipe::byte_payload<opaque> && !tpipe::byte_payload<std::vector<std::string>>);
+
+// ---- engines ----------------------------------------------------------------------------------
+//! An engine whose computes run inline (cpu_engine's shape) with optional members added by Base.
+template <class Base>
+struct fake_engine : Base {
+    tpipe::loop_thread lt;
+    int devices() const { return 2; }
+    tpipe::loop& loop_of(int) { return lt.get(); }
+    template <class F>
+    tpipe::cpu_engine::inline_compute<F> compute(int, F&& fn)
+    {
+        return {std::forward<F>(fn)};
+    }
+};
+struct plain {};
+struct with_cancel {  // declares and has cancel / reset_cancel / waiting_for
+    static constexpr bool tpipe_cancellable_engine = true;
+    static constexpr bool tpipe_reporting_engine = true;
+    std::atomic<int> cancels{0}, resets{0};
+    void cancel() noexcept { ++cancels; }
+    void reset_cancel() noexcept { ++resets; }
+    std::string waiting_for(int d) const { return "device " + std::to_string(d) + " waits for the fake GPU"; }
+};
+struct undeclared_cancel {  // has the members, declares nothing: the defaults apply
+    int cancels = 0;
+    void cancel() noexcept { ++cancels; }
+    void reset_cancel() noexcept {}
+    std::string waiting_for(int) const { return "never asked"; }
+};
+struct throwing_cancel {  // declares, but cancel may throw
+    static constexpr bool tpipe_cancellable_engine = true;
+    void cancel() {}
+    void reset_cancel() noexcept {}
+};
+struct int_report {  // declares, but waiting_for returns a number
+    static constexpr bool tpipe_reporting_engine = true;
+    int waiting_for(int) const { return 0; }
+};
+struct no_compute {
+    tpipe::loop_thread lt;
+    int devices() const { return 1; }
+    tpipe::loop& loop_of(int) { return lt.get(); }
+};
+using plain_engine = fake_engine<plain>;
+using gpu_like_engine = fake_engine<with_cancel>;
+using silent_engine = fake_engine<undeclared_cancel>;
+static_assert(tpipe::engine<tpipe::cpu_engine> && tpipe::engine<plain_engine> && !tpipe::engine<no_compute>);
+static_assert(!tpipe::cancellable_engine<tpipe::cpu_engine> && !tpipe::reporting_engine<tpipe::cpu_engine>);
+static_assert(tpipe::cancellable_engine<gpu_like_engine> && tpipe::reporting_engine<gpu_like_engine>);
+static_assert(!tpipe::cancellable_engine<silent_engine> && !tpipe::reporting_engine<silent_engine>);  // not declared
+static_assert(tpipe::enable_cancellable_engine<fake_engine<throwing_cancel>> &&
+              !tpipe::cancellable_engine<fake_engine<throwing_cancel>>);
+static_assert(tpipe::enable_reporting_engine<fake_engine<int_report>> && !tpipe::reporting_engine<fake_engine<int_report>>);
+static_assert(!tpipe::cancellable_engine<with_cancel>);  // the members without an engine
+
+// ---- transports -------------------------------------------------------------------------------
+//! Rank 0 here, every other rank in another process; carries byte payloads only (a constrained
+//! channel_type, as MPI's), each over a local channel (nothing arrives: construction only).
+struct half_transport {
+    template <tpipe::byte_payload T>
+    using channel_type = tpipe::local_channel<T>;
+    int connects = 0;
+    std::string agreed;
+    template <tpipe::byte_payload T>
+    std::unique_ptr<tpipe::local_channel<T>> connect(const tpipe::endpoint& e)
+    {
+        ++connects;
+        return std::make_unique<tpipe::local_channel<T>>(e.tags);
+    }
+    bool runs(int rank) const { return rank == 0; }
+    void agree(const std::string& text) { agreed = text; }
+    void fail(const std::string&) {}
+    std::optional<std::string> failure() { return std::nullopt; }
+    std::string where(int rank) const { return rank == 0 ? "" : "elsewhere"; }
+};
+//! Every rank here; picks the channel of every boundary (connect_local), for int payloads.
+struct picking_transport : tpipe::local_transport {
+    static constexpr bool tpipe_local_connecting_transport = true;
+    template <class T>
+        requires std::same_as<T, int>
+    using channel_type = tpipe::local_channel<T>;
+    int picks = 0;
+    template <class T>
+    std::unique_ptr<tpipe::local_channel<T>> connect_local(const tpipe::endpoint& e)
+    {
+        ++picks;
+        return std::make_unique<tpipe::local_channel<T>>(e.tags);
+    }
+};
+struct no_failure : tpipe::local_transport {  // failure() of the wrong type
+    int failure() const { return 0; }
+};
+static_assert(tpipe::transport<tpipe::local_transport> && tpipe::transport<half_transport>);
+static_assert(!tpipe::transport<no_failure> && !tpipe::transport<plain_engine>);
+static_assert(tpipe::transport_for<half_transport, std::vector<float>> && !tpipe::transport_for<half_transport, opaque>);
+static_assert(!tpipe::transport_for<tpipe::local_transport, int> && !tpipe::transport_for<picking_transport, int>);
+static_assert(tpipe::has_channel_type_for<picking_transport, int> && !tpipe::has_channel_type_for<picking_transport, double>);
+static_assert(tpipe::local_connecting_transport<picking_transport, int>);
+static_assert(!tpipe::local_connecting_transport<picking_transport, double>);  // it does not carry double
+static_assert(!tpipe::local_connecting_transport<half_transport, std::vector<float>>);  // not declared
+
+// ---- communicators ----------------------------------------------------------------------------
+//! thread_communicator with an averaging all-reduce that counts its calls.
+struct averaging_comm : tpipe::thread_communicator {
+    static constexpr bool tpipe_averaging_communicator = true;
+    static constexpr bool tpipe_group_cancelling_communicator = false;  // declared off: cancel() only
+    std::shared_ptr<std::atomic<int>> averages = std::make_shared<std::atomic<int>>(0);
+    explicit averaging_comm(tpipe::thread_communicator c) : tpipe::thread_communicator(std::move(c)) {}
+    averaging_comm split(int color, int key) { return averaging_comm(tpipe::thread_communicator::split(color, key)); }
+    template <class T>
+    std::suspend_never all_reduce_average(std::span<T> v)
+    {
+        ++*averages;
+        for (T& x : v) x = T(-1);  // not the host's sum-and-scale: visible in the result
+        return {};
+    }
+};
+struct float_only_average : tpipe::thread_communicator {  // declares, but no double overload
+    static constexpr bool tpipe_averaging_communicator = true;
+    std::suspend_never all_reduce_average(std::span<float>) { return {}; }
+};
+static_assert(tpipe::communicator<tpipe::thread_communicator> && tpipe::communicator<averaging_comm>);
+static_assert(!tpipe::communicator<plain_engine> && !tpipe::communicator<tpipe::thread_group>);
+static_assert(tpipe::averaging_communicator<averaging_comm> && !tpipe::averaging_communicator<tpipe::thread_communicator>);
+static_assert(!tpipe::averaging_communicator<float_only_average>);  // and data_parallel<float_only_average> does not compile
+static_assert(tpipe::group_cancelling_communicator<tpipe::thread_communicator>);
+static_assert(!tpipe::group_cancelling_communicator<averaging_comm>);  // inherits cancel_group, declares it off
+
+// ---- planning, simulation, slicing, schedules, elastic ---------------------------------------
+struct seconds_model {
+    double seconds(std::int64_t, std::int64_t, std::int64_t) const { return 1; }
+};
+struct monotone_model : seconds_model {
+    bool monotone_in_tokens() const { return true; }
+};
+struct mutable_seconds {  // seconds() is not const
+    double seconds(std::int64_t, std::int64_t, std::int64_t) { return 1; }
+};
+static_assert(tpipe::latency_model<seconds_model> && !tpipe::latency_model<mutable_seconds>);
+static_assert(tpipe::latency_model<tpipe::any_latency> && tpipe::latency_model<tpipe::analytic_latency>);
+static_assert(tpipe::latency_model<tpipe::table_latency> && tpipe::latency_model<tpipe::polynomial_latency>);
+static_assert(tpipe::token_monotone_latency_model<monotone_model> && !tpipe::token_monotone_latency_model<seconds_model>);
+using seconds_fn = decltype([](std::int64_t, std::int64_t, std::int64_t) { return 1.0; });
+using text_fn = decltype([](std::int64_t, std::int64_t, std::int64_t) { return std::string(); });
+static_assert(tpipe::latency_function<seconds_fn> && !tpipe::latency_function<text_fn>);
+static_assert(tpipe::latency_model<tpipe::function_latency<seconds_fn>>);
+static_assert(tpipe::unit_workload<seconds_fn> && !tpipe::unit_workload<int>);
+
+struct op_costs {
+    double compute(tpipe::op, int, const unit&) const { return 1; }
+    double transfer(tpipe::op, int, int, const unit&) const { return 0; }
+};
+struct compute_only_costs {
+    double compute(tpipe::op, int, const unit&) const { return 1; }
+};
+static_assert(tpipe::cost_model<op_costs> && !tpipe::cost_model<compute_only_costs>);
+static_assert(tpipe::cost_model<tpipe::uniform_costs> && tpipe::cost_model<tpipe::latency_costs<tpipe::analytic_latency>>);
+static_assert(tpipe::cost_model<tpipe::link_priced_costs>);
+
+struct named_schedule {
+    tpipe::program program(const tpipe::topology&, const tpipe::scheme&) const { return {}; }
+    std::string name() const { return "named"; }
+};
+struct nameless_schedule {
+    tpipe::program program(const tpipe::topology&, const tpipe::scheme&) const { return {}; }
+};
+static_assert(tpipe::schedule<named_schedule> && !tpipe::schedule<nameless_schedule>);
+static_assert(tpipe::schedule<tpipe::gpipe> && tpipe::schedule<tpipe::one_f_one_b> && tpipe::schedule<tpipe::zb_h1>);
+static_assert(tpipe::schedule<tpipe::interleaved_1f1b> && tpipe::schedule<tpipe::interleaved_zb>);
+static_assert(tpipe::schedule<tpipe::looped_bfs> && tpipe::schedule<tpipe::terapipe_1f1b>);
+static_assert(tpipe::schedule<tpipe::zb_v> && tpipe::schedule<tpipe::dualpipe_v> && tpipe::schedule<tpipe::any_schedule>);
+
+struct vector_slicer {  // returns cuts, not a scheme
+    std::vector<int> scheme(tpipe::batch_shape) const { return {}; }
+};
+static_assert(tpipe::slicer<tpipe::microbatch_slicer> && tpipe::slicer<tpipe::token_slicer>);
+static_assert(tpipe::slicer<tpipe::grid_slicer> && tpipe::slicer<tpipe::uniform_grid_slicer>);
+static_assert(!tpipe::slicer<vector_slicer>);
+
+struct frozen_layers {
+    int next_frozen(const tpipe::freeze_observation&) { return 0; }
+};
+struct frozen_text {
+    std::string next_frozen(const tpipe::freeze_observation&) { return {}; }
+};
+static_assert(tpipe::freeze_policy<frozen_layers> && !tpipe::freeze_policy<frozen_text>);
+static_assert(tpipe::freeze_policy<tpipe::progressive_freeze> && tpipe::freeze_policy<tpipe::paper_freeze>);
+struct stage_time_model {
+    tpipe::stage_times stage_times(std::span<const int>, int) const { return {}; }
+};
+static_assert(tpipe::pipeline_latency<stage_time_model> && tpipe::pipeline_latency<tpipe::elastic_latency>);
+static_assert(!tpipe::pipeline_latency<seconds_model>);
+
+// ---- stages for the run-time checks -----------------------------------------------------------
+struct vec_stage {
+    using input = std::vector<float>;
+    using output = std::vector<float>;
+    std::vector<float> forward(const unit&, std::vector<float> x) { return x; }
+    std::vector<float> backward(const unit&, std::vector<float> g) { return g; }
+};
+struct to_opaque {
+    using input = std::vector<float>;
+    using output = opaque;
+    opaque forward(const unit&, std::vector<float> x) { return {static_cast<int>(x.size())}; }
+    std::vector<float> backward(const unit&, opaque g) { return std::vector<float>(static_cast<std::size_t>(g.v)); }
+};
+struct opaque_stage {
+    using input = opaque;
+    using output = opaque;
+    opaque forward(const unit&, opaque x) { return x; }
+    opaque backward(const unit&, opaque g) { return g; }
+};
+struct int_stage {
+    using input = int;
+    using output = int;
+    int forward(const unit&, int x) { return x + 1; }
+    int backward(const unit&, int g) { return g + 1; }
+};
+
+//! An all-reduce and a barrier of one member, as tasks sync_wait runs.
+tpipe::task<void> sum_of(tpipe::thread_communicator& c, std::vector<float>& x) { co_await c.all_reduce_sum(std::span<float>(x)); }
+tpipe::task<void> barrier_of(tpipe::thread_communicator& c) { co_await c.barrier(); }
+
+tpipe::program two_rank_program() { return tpipe::make_schedule("gpipe").program(tpipe::topology{2}, tpipe::microbatches(2)); }
+
+} // namespace
+
+TEST_CASE("optional engine capabilities: declared ones are used, undeclared members are not, defaults otherwise",
+          "[concepts][engine]")
+{
+    gpu_like_engine gpu;
+    tpipe::cancel_computes(gpu);
+    tpipe::reset_cancel_computes(gpu);
+    CHECK(gpu.cancels == 1);
+    CHECK(gpu.resets == 1);
+    CHECK(tpipe::engine_waits(gpu, 1) == "device 1 waits for the fake GPU");
+
+    silent_engine silent;  // has cancel() but did not declare it: the default (nothing) applies
+    tpipe::cancel_computes(silent);
+    CHECK(silent.cancels == 0);
+    CHECK(tpipe::engine_waits(silent, 0).empty());
+
+    tpipe::cpu_engine cpu(1);
+    tpipe::cancel_computes(cpu);
+    CHECK(tpipe::engine_waits(cpu, 0).empty());
+}
+
+TEST_CASE("the runner resets a cancellable engine before and after each iteration, and cancels it when one fails",
+          "[concepts][engine]")
+{
+    auto pipe = tpipe::pipeline(int_stage{}, int_stage{});
+    gpu_like_engine eng;
+    tpipe::run_io<int, int> io;
+    io.source = [](const unit& u) { return u.microbatch; };
+    tpipe::runner r(pipe, two_rank_program(), eng);
+    r.run(io);
+    CHECK(eng.cancels == 0);
+    CHECK(eng.resets == 2);
+    io.source = [](const unit&) -> int { throw std::runtime_error("source broke"); };
+    CHECK_THROWS_AS(r.run(io), tpipe::execution_error);
+    CHECK(eng.cancels >= 1);
+    CHECK(eng.resets == 4);
+}
+
+TEST_CASE("group cancelling: declared, every member is cancelled; declared off, only the caller", "[concepts][comm]")
+{
+    tpipe::thread_group g(2);
+    auto a = g.member(0), b = g.member(1);
+    tpipe::cancel_group_of(a);
+    std::vector<float> x(1, 1.0f);
+    CHECK_THROWS_AS(tpipe::sync_wait(sum_of(b, x)), tpipe::operation_cancelled);
+    a.reset();
+    b.reset();
+
+    tpipe::thread_group h(2);
+    averaging_comm c(h.member(0)), d(h.member(1));
+    tpipe::cancel_group_of(c);  // its own member only
+    std::vector<float> y(1, 1.0f);
+    CHECK_THROWS_AS(tpipe::sync_wait(sum_of(c, y)), tpipe::operation_cancelled);
+    c.reset();
+    std::atomic<int> failed{0};  // d was never cancelled: a barrier of both completes
+    std::thread t([&] {
+        try {
+            tpipe::sync_wait(barrier_of(d));
+        } catch (...) {
+            ++failed;
+        }
+    });
+    tpipe::sync_wait(barrier_of(c));
+    t.join();
+    CHECK(failed == 0);
+}
+
+TEST_CASE("data_parallel averages through a declared averaging communicator, on the host otherwise", "[concepts][comm]")
+{
+    struct grad_stage : int_stage {
+        std::vector<float> g = std::vector<float>(3, 2.0f);
+        std::span<float> gradients() { return g; }
+    };
+    for (bool declared : {true, false}) {
+        CAPTURE(declared);
+        tpipe::thread_group pair(2);
+        std::vector<std::vector<float>> out(2);
+        std::vector<std::thread> ts;
+        std::atomic<int> averages{0};
+        for (int m = 0; m < 2; ++m)
+            ts.emplace_back([&, m] {
+                auto p = tpipe::pipeline(grad_stage{});
+                if (declared) {
+                    averaging_comm c(pair.member(m));
+                    tpipe::data_parallel<averaging_comm> dp(p, {&c}, {.average = true});
+                    tpipe::sync_wait(dp.reduce(0));
+                    averages += *c.averages;
+                } else {
+                    auto c = pair.member(m);
+                    tpipe::data_parallel<tpipe::thread_communicator> dp(p, {&c}, {.average = true});
+                    tpipe::sync_wait(dp.reduce(0));
+                }
+                p.visit_stages([&](std::size_t, grad_stage& s) { out[static_cast<std::size_t>(m)] = s.g; });
+            });
+        for (auto& t : ts) t.join();
+        const float expect = declared ? -1.0f : 2.0f;  // the fake's mark, or (2 + 2) / 2 on the host
+        for (const auto& v : out) CHECK(v == std::vector<float>(3, expect));
+        CHECK(averages == (declared ? 2 : 0));
+    }
+}
+
+TEST_CASE("the last stage needs no channel: its output need not be a type the transport carries", "[concepts][transport]")
+{
+    auto pipe = tpipe::pipeline(vec_stage{}, to_opaque{});
+    tpipe::cpu_engine eng(2);
+    half_transport x;
+    tpipe::runner r(pipe, two_rank_program(), eng, x);
+    CHECK(x.connects == 2);  // boundary 0, both directions; none for the last stage
+    CHECK(r.local_ranks() == std::vector<int>{0});
+}
+
+TEST_CASE("a boundary that needs a channel of a type the transport does not carry is refused with a sentence",
+          "[concepts][transport]")
+{
+    auto pipe = tpipe::pipeline(to_opaque{}, opaque_stage{});
+    tpipe::cpu_engine eng(2);
+    half_transport x;
+    CHECK_THROWS_WITH((tpipe::runner(pipe, two_rank_program(), eng, x)),
+                      Catch::Contains("the output of stage 0 (class of 4 bytes (alignment 4)) crosses a boundary between "
+                                      "ranks 0 and 1, which run in different processes, but the transport has no channel "
+                                      "for that type"));
+}
+
+TEST_CASE("a local connecting transport picks the channels inside the process, for the types it carries",
+          "[concepts][transport]")
+{
+    auto pipe = tpipe::pipeline(int_stage{}, int_stage{});
+    tpipe::cpu_engine eng(2);
+    picking_transport x;
+    tpipe::runner r(pipe, two_rank_program(), eng, x);
+    CHECK(x.picks == 2);
+    tpipe::run_io<int, int> io;
+    io.source = [](const unit& u) { return u.microbatch; };
+    std::vector<int> out(2, -1);
+    io.loss = [&](const unit& u, int y) {
+        out[static_cast<std::size_t>(u.microbatch)] = y;
+        return 0;
+    };
+    r.run(io);
+    CHECK(out == std::vector<int>{2, 3});
+
+    auto opaque_pipe = tpipe::pipeline(to_opaque{}, opaque_stage{});  // it does not carry opaque
+    CHECK_THROWS_WITH((tpipe::runner(opaque_pipe, two_rank_program(), eng, x)),
+                      Catch::Contains("crosses a boundary between two ranks of this process, but the transport has no "
+                                      "channel for that type"));
+}
+
+TEST_CASE("the fingerprint names payload types alike on every compiler", "[concepts][transport]")
+{
+    auto pipe = tpipe::pipeline(vec_stage{}, to_opaque{});
+    tpipe::cpu_engine eng(2);
+    half_transport x;
+    tpipe::runner r(pipe, two_rank_program(), eng, x);
+    CHECK_THAT(x.agreed, Catch::EndsWith("payload types vector<float32>;class of 4 bytes (alignment 4);"));
+    CHECK(tpipe::detail::portable_type_name<std::int64_t>() == "int64");
+    CHECK(tpipe::detail::portable_type_name<const std::vector<unsigned char>>() == "vector<uint8>");
+    CHECK(tpipe::detail::portable_type_name<double>() == "float64");
+    CHECK(tpipe::detail::portable_type_name<bool>() == "bool");
+}
