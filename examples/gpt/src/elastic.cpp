@@ -7,7 +7,6 @@
 #include <stdexcept>
 #include <string>
 
-#include <tpipe/comm/reduction_order.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/elastic/autopipe.hpp>
 #include <tpipe/elastic/freeze.hpp>
@@ -291,7 +290,6 @@ std::vector<float> train_frozen_reference(const config& cfg, const window_datase
         opt.freeze(p.lay.frozen_end(F));
         part<float> whole(p, F, cfg.layers, F == 0, true, threads);
         const auto units = tpipe::microbatch_slicer{iv.plan.microbatches}.scheme(tpipe::batch_shape{o.batch / D, cfg.seq_len});
-        std::vector<std::vector<float>> grads(static_cast<std::size_t>(D));
         for (std::int64_t step = iv.first_step; step < iv.first_step + iv.steps; ++step) {
             for (int d = 0; d < D; ++d) {
                 const auto ids = sampler.shard(step, d, D);
@@ -305,13 +303,10 @@ std::vector<float> train_frozen_reference(const config& cfg, const window_datase
                     whole.backward(u, {});
                 }
                 whole.flush_grad();
-                grads[static_cast<std::size_t>(d)] = p.grad;
+                if (d == 0) sum = p.grad;
+                else
+                    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += p.grad[k];
             }
-            // Summed in the ring order the communicators' all-reduce uses (tpipe/comm/reduction_order.hpp).
-            std::vector<const float*> inputs;
-            for (int d = 0; d < D; ++d) inputs.push_back(grads[static_cast<std::size_t>(d)].data());
-            sum.resize(p.grad.size());
-            tpipe::ring_order_sum<float>(inputs, sum);
             if (D > 1) {
                 const float scale = 1.0f / static_cast<float>(D);
                 for (float& g : sum) g *= scale;

@@ -100,7 +100,7 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
 
 //! The same training, non-elastic: one model, no pipeline, no cache, no re-plans; at each step
 //! the frozen prefix and the split of the batch into replicas and microbatches that `plan`
-//! recorded (the sum over replicas in the ring order, then scaled by 1/D, as the communicators'
+//! recorded (the sum over replicas in rank order, then scaled by 1/D, as a rank-order
 //! all-reduce does). Elastic training must give these weights bitwise.
 std::vector<float> train_frozen_reference(const config& cfg, const window_dataset& data, const elastic_options& o,
                                           const std::vector<interval_report>& plan);
