@@ -1,29 +1,42 @@
-// MPI ping-pong: raw MPI_Send/MPI_Recv against the same ping-pong through
-// tpipe::mpi::communicator send/recv awaited from a loop, and through the pipeline's
-// tpipe::mpi::channel (a std::vector<std::byte> payload: header and body, the receiver builds
-// the vector), 8 B ... 64 MiB, in the same run.
+// MPI: tpipe against raw MPI in the same run, as paired repetitions.
 //
-//   mpirun --oversubscribe --allow-run-as-root -np 2 build/bench/bench_mpi
+//   mpirun --oversubscribe --allow-run-as-root -np 2 build/bench/bench_mpi     # ping-pong + all-reduce
+//   mpirun --oversubscribe --allow-run-as-root -np 8 build/bench/bench_mpi     # all-reduce only
 //
-// Rank 0 runs Google Benchmark and reports; rank 1 echoes. Before each timed run rank 0 sends
-// rank 1 a control message (mode, bytes, iterations: Google Benchmark fixes the iteration
-// count of a run before it starts), so rank 1 echoes exactly that many messages (plus one
-// untimed warm-up round trip) with the same API; mode 0 ends the echo loop. The tpipe rows also time, right after, a raw ping-pong of
-// the same iteration count twice: blocking MPI_Send/MPI_Recv (raw_us) and MPI_Isend/MPI_Irecv
-// spun on MPI_Test (test_us, what a poller does without tpipe). They report one-way latencies
-// (tpipe_us, raw_us, test_us, microseconds), added_us = tpipe_us - raw_us, and the bandwidth
-// ratios bw_vs_raw = raw time / tpipe time and bw_vs_test = test time / tpipe time.
+// Rank 0 runs Google Benchmark and reports; before each run it broadcasts (mode, bytes, reps, k)
+// so the other ranks run exactly the same sequence. Every benchmark iteration is one pair: a
+// block of k operations through tpipe and a block of k through raw MPI, back to back in one
+// window (which goes first alternates), so load on the machine hits both alike. The ratios are
+// medians over the pairs.
+//
+// - BM_mpi_comm / BM_mpi_channel (np 2): ping-pong through tpipe::mpi::communicator send/recv
+//   awaited from a loop, or the pipeline's tpipe::mpi::channel (a std::vector<std::byte>
+//   payload: header and body, the receiver builds the vector, from tpipe::payload_pool unless
+//   TPIPE_BENCH_POOL=0), against blocking MPI_Send/MPI_Recv. Counters: one-way latencies
+//   tpipe_us and raw_us (medians), added_us (median of the pairs' differences), bw_vs_raw
+//   (median of raw time / tpipe time: 1 is raw's bandwidth), pool_hits (channel).
+// - BM_allreduce (np >= 2): tpipe::mpi::communicator::all_reduce_sum of `bytes` of float in the
+//   ring order (the default), then the rank-order fold, then MPI_Allreduce of the same buffer.
+//   Counters: ring_ms, rank_order_ms, mpi_ms (medians per all-reduce), ring_vs_mpi and
+//   rank_order_vs_mpi (medians of mpi time / tpipe time: > 1 is faster than MPI_Allreduce),
+//   sent_per_step and recv_per_step (bytes this member's ring moved per all-reduce, counted by
+//   the communicator), ideal_per_step (2 N (D - 1) / D), and zero_state (bytes of AdamW state
+//   rank 0 keeps with tpipe::sharded_optimizer, 8 per element of its shard) against
+//   replicated_state (8 per element).
 #include <benchmark/benchmark.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "tpipe/comm/reduction_order.hpp"
+#include "tpipe/exec/payload_pool.hpp"
 #include "tpipe/exec/sync_wait.hpp"
 #include "tpipe/exec/task.hpp"
 #include "tpipe/mpi/channel.hpp"
@@ -32,107 +45,76 @@
 
 namespace {
 
-enum mode : std::int64_t { stop = 0, raw = 1, tpipe_comm = 2, raw_test = 3, tpipe_channel = 4 };
+enum mode : std::int64_t { stop = 0, comm_pingpong = 1, channel_pingpong = 2, allreduce = 3 };
 
 using bytes = std::vector<std::byte>;
 using byte_channel = tpipe::mpi::channel<bytes>;
+using clock_type = std::chrono::steady_clock;
 constexpr int channel_tags = 256;  // tags per channel "iteration": reset after this many messages
+constexpr int reps = 9;            // pairs per benchmark
 
-MPI_Comm control = MPI_COMM_NULL;   // control messages
-MPI_Comm raw_comm = MPI_COMM_NULL;  // raw ping-pong
-MPI_Comm channel_comm = MPI_COMM_NULL;  // tpipe::mpi::channel ping-pong
+MPI_Comm control = MPI_COMM_NULL;       // control messages
+MPI_Comm raw_comm = MPI_COMM_NULL;      // raw MPI
+MPI_Comm channel_comm = MPI_COMM_NULL;  // tpipe::mpi::channel
 tpipe::mpi::communicator* comm = nullptr;
 
-void tell(std::int64_t m, std::int64_t bytes, std::int64_t iterations)
+struct order {
+    std::int64_t m, bytes, k;
+};
+
+order broadcast_order(order o)
 {
-    const std::int64_t msg[3] = {m, bytes, iterations};
-    MPI_Send(msg, 3, MPI_INT64_T, 1, 0, control);
+    std::int64_t msg[3] = {o.m, o.bytes, o.k};
+    MPI_Bcast(msg, 3, MPI_INT64_T, 0, control);
+    return {msg[0], msg[1], msg[2]};
 }
 
-void raw_ping(std::vector<std::byte>& buf, int peer)
+double median(std::vector<double> v)
 {
-    MPI_Send(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm);
-    MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, MPI_STATUS_IGNORE);
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-//! Nonblocking MPI spun on MPI_Test: what a loop's poller does, without tpipe.
-void wait_spin(MPI_Request& r)
+template <class F>
+double seconds(F f)
 {
-    int flag = 0;
-    while (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    const auto t0 = clock_type::now();
+    f();
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-void raw_test_send(std::vector<std::byte>& buf, int peer)
-{
-    MPI_Request r;
-    MPI_Isend(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, &r);
-    wait_spin(r);
-}
+//! Operations per block: enough bytes that a block is not all timer noise, at least 2.
+std::int64_t per_block(std::int64_t size, std::int64_t budget) { return std::clamp<std::int64_t>(budget / std::max<std::int64_t>(size, 1), 2, 2000); }
 
-void raw_test_recv(std::vector<std::byte>& buf, int peer)
-{
-    MPI_Request r;
-    MPI_Irecv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, peer, 0, raw_comm, &r);
-    wait_spin(r);
-}
+// ---- ping-pong blocks: rank 0 pings, rank 1 echoes ---------------------------------------
 
-double raw_seconds(mode m, std::vector<std::byte>& buf, std::int64_t iterations)
+void raw_block(bytes& buf, std::int64_t k, bool echo)
 {
-    tell(m, static_cast<std::int64_t>(buf.size()), iterations + 1);
-    auto t0 = std::chrono::steady_clock::now();
-    for (std::int64_t i = 0; i < iterations + 1; ++i) {
-        if (i == 1) t0 = std::chrono::steady_clock::now();  // the first round trip warms up
-        if (m == raw) raw_ping(buf, 1);
-        else {
-            raw_test_send(buf, 1);
-            raw_test_recv(buf, 1);
-        }
+    const int n = static_cast<int>(buf.size()), peer = echo ? 0 : 1;
+    for (std::int64_t i = 0; i < k; ++i) {
+        if (echo) MPI_Recv(buf.data(), n, MPI_BYTE, peer, 0, raw_comm, MPI_STATUS_IGNORE);
+        MPI_Send(buf.data(), n, MPI_BYTE, peer, 0, raw_comm);
+        if (!echo) MPI_Recv(buf.data(), n, MPI_BYTE, peer, 0, raw_comm, MPI_STATUS_IGNORE);
     }
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void BM_mpi_raw(benchmark::State& state)
+void comm_block(bytes& buf, std::int64_t k, bool echo)
 {
-    std::vector<std::byte> buf(static_cast<std::size_t>(state.range(0)));
-    tell(raw, state.range(0), static_cast<std::int64_t>(state.max_iterations) + 1);
-    raw_ping(buf, 1);  // warm-up
-    for (auto _ : state) raw_ping(buf, 1);
-    state.SetBytesProcessed(2 * state.range(0) * static_cast<std::int64_t>(state.iterations()));
-}
-
-void BM_mpi_tpipe(benchmark::State& state)
-{
-    std::vector<std::byte> buf(static_cast<std::size_t>(state.range(0)));
-    const auto iterations = static_cast<std::int64_t>(state.max_iterations);
-    tell(tpipe_comm, state.range(0), iterations + 1);
-    std::chrono::steady_clock::time_point t0;
-    tpipe::sync_wait([](benchmark::State& s, std::vector<std::byte>& b, std::chrono::steady_clock::time_point& start) -> tpipe::task<void> {
-        co_await comm->send(1, 0, b);  // warm-up
-        co_await comm->recv(1, 0, b);
-        start = std::chrono::steady_clock::now();
-        for (auto _ : s) {
-            co_await comm->send(1, 0, b);
-            co_await comm->recv(1, 0, b);
+    tpipe::sync_wait([](bytes& b, std::int64_t n, bool e) -> tpipe::task<void> {
+        const int peer = e ? 0 : 1;
+        for (std::int64_t i = 0; i < n; ++i) {
+            if (e) co_await comm->recv(peer, 0, b);
+            co_await comm->send(peer, 0, b);
+            if (!e) co_await comm->recv(peer, 0, b);
         }
-    }(state, buf, t0));
-    const double tpipe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double raw_s = raw_seconds(raw, buf, iterations);
-    const double test_s = raw_seconds(raw_test, buf, iterations);
-    const double one_way = 1e6 / static_cast<double>(iterations) / 2;
-    state.SetBytesProcessed(2 * state.range(0) * iterations);
-    state.counters["tpipe_us"] = tpipe_s * one_way;  // one-way latency, this row
-    state.counters["raw_us"] = raw_s * one_way;      // blocking MPI_Send/MPI_Recv, same iterations
-    state.counters["test_us"] = test_s * one_way;    // MPI_Isend/MPI_Irecv spun on MPI_Test
-    state.counters["added_us"] = (tpipe_s - raw_s) * one_way;
-    state.counters["bw_vs_raw"] = raw_s / tpipe_s;
-    state.counters["bw_vs_test"] = test_s / tpipe_s;
+    }(buf, k, echo));
 }
 
-//! `n` round trips through two channels: send on `out`, receive on `in` (or the reverse when
-//! `echo`), starting a new channel iteration every channel_tags messages.
-tpipe::task<void> channel_ping(byte_channel& out, byte_channel& in, bytes payload, std::int64_t n, bool echo)
+//! k round trips through two channels (one per direction), a new channel iteration every
+//! channel_tags messages; the payload travels back and forth and ends in `payload`.
+tpipe::task<void> channel_ping(byte_channel& out, byte_channel& in, bytes& payload, std::int64_t k, bool echo)
 {
-    for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t i = 0; i < k; ++i) {
         const int tag = static_cast<int>(i % channel_tags);
         if (tag == 0 && i > 0) {
             co_await out.drain();
@@ -146,97 +128,170 @@ tpipe::task<void> channel_ping(byte_channel& out, byte_channel& in, bytes payloa
         if (echo) out.send(tag, std::move(payload));
     }
     co_await out.drain();
-}
-
-void BM_mpi_channel(benchmark::State& state)
-{
-    const auto iterations = static_cast<std::int64_t>(state.max_iterations);
-    tell(tpipe_channel, state.range(0), iterations + 1);
-    byte_channel out(channel_comm, 1, 0, true, channel_tags), in(channel_comm, 1, 2 * channel_tags, false, channel_tags);
-    bytes buf(static_cast<std::size_t>(state.range(0)));
-    tpipe::sync_wait(channel_ping(out, in, buf, 1, false));  // warm-up
     out.reset(channel_tags);
     in.reset(channel_tags);
-    const auto t0 = std::chrono::steady_clock::now();
-    tpipe::sync_wait([](benchmark::State& s, byte_channel& o, byte_channel& i, bytes b) -> tpipe::task<void> {
-        std::int64_t k = 0;
-        for (auto _ : s) {
-            const int tag = static_cast<int>(k++ % channel_tags);
-            if (tag == 0 && k > 1) {
-                co_await o.drain();
-                o.reset(channel_tags);
-                i.reset(channel_tags);
-            }
-            o.send(tag, std::move(b));
-            i.post(tag);
-            co_await i.arrival(tag);
-            b = i.take(tag);
-        }
-        co_await o.drain();
-    }(state, out, in, std::move(buf)));
-    const double tpipe_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    bytes raw_buf(static_cast<std::size_t>(state.range(0)));
-    const double raw_s = raw_seconds(raw, raw_buf, iterations);
-    const double one_way = 1e6 / static_cast<double>(iterations) / 2;
-    state.SetBytesProcessed(2 * state.range(0) * iterations);
-    state.counters["tpipe_us"] = tpipe_s * one_way;
-    state.counters["raw_us"] = raw_s * one_way;
-    state.counters["added_us"] = (tpipe_s - raw_s) * one_way;
-    state.counters["bw_vs_raw"] = raw_s / tpipe_s;
 }
 
-void echo_loop()
+struct channel_pair {
+    byte_channel out, in;
+    explicit channel_pair(bool echo)
+        : out(channel_comm, echo ? 0 : 1, echo ? 2 * channel_tags : 0, true, channel_tags),
+          in(channel_comm, echo ? 0 : 1, echo ? 0 : 2 * channel_tags, false, channel_tags)
+    {
+    }
+};
+
+//! One pingpong benchmark's sequence, on both ranks: `reps` pairs of (tpipe block, raw block),
+//! alternating which goes first; returns the blocks' seconds (rank 0's are the ones reported).
+void pingpong_pairs(mode m, std::int64_t size, std::int64_t k, bool echo, std::vector<double>& tp, std::vector<double>& raw)
 {
-    std::vector<std::byte> buf;
-    for (;;) {
-        std::int64_t msg[3];
-        MPI_Recv(msg, 3, MPI_INT64_T, 0, 0, control, MPI_STATUS_IGNORE);
-        if (msg[0] == stop) return;
-        buf.resize(static_cast<std::size_t>(msg[1]));
-        if (msg[0] == raw) {
-            for (std::int64_t i = 0; i < msg[2]; ++i) {
-                MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, 0, 0, raw_comm, MPI_STATUS_IGNORE);
-                MPI_Send(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, 0, 0, raw_comm);
-            }
-        } else if (msg[0] == raw_test) {
-            for (std::int64_t i = 0; i < msg[2]; ++i) {
-                raw_test_recv(buf, 0);
-                raw_test_send(buf, 0);
-            }
-        } else if (msg[0] == tpipe_channel) {
-            byte_channel in(channel_comm, 0, 0, false, channel_tags), out(channel_comm, 0, 2 * channel_tags, true, channel_tags);
-            tpipe::sync_wait(channel_ping(out, in, {}, 1, true));  // warm-up
-            out.reset(channel_tags);
-            in.reset(channel_tags);
-            tpipe::sync_wait(channel_ping(out, in, {}, msg[2] - 1, true));
+    bytes buf(static_cast<std::size_t>(size)), payload(static_cast<std::size_t>(size));
+    channel_pair ch(echo);
+    auto tpipe_block = [&] {
+        if (m == comm_pingpong) comm_block(buf, k, echo);
+        else tpipe::sync_wait(channel_ping(ch.out, ch.in, payload, k, echo));
+    };
+    tpipe_block();  // warm-up of both
+    raw_block(buf, 1, echo);
+    for (int r = 0; r < reps; ++r) {
+        if (r % 2 == 0) {
+            tp.push_back(seconds(tpipe_block));
+            raw.push_back(seconds([&] { raw_block(buf, k, echo); }));
         } else {
-            tpipe::sync_wait([](std::vector<std::byte>& b, std::int64_t n) -> tpipe::task<void> {
-                for (std::int64_t i = 0; i < n; ++i) {
-                    co_await comm->recv(0, 0, b);
-                    co_await comm->send(0, 0, b);
-                }
-            }(buf, msg[2]));
+            raw.push_back(seconds([&] { raw_block(buf, k, echo); }));
+            tp.push_back(seconds(tpipe_block));
+        }
+    }
+}
+
+void BM_pingpong(benchmark::State& state, mode m)
+{
+    const std::int64_t size = state.range(0), k = per_block(size, std::int64_t{32} << 20);
+    broadcast_order({m, size, k});
+    const auto hits0 = tpipe::payload_pool<bytes>::global().hits();
+    std::vector<double> tp, raw;
+    pingpong_pairs(m, size, k, false, tp, raw);
+    std::size_t i = 0;
+    for (auto _ : state) state.SetIterationTime(tp[i++ % tp.size()]);  // the pairs ran above, with the echoing rank
+    std::vector<double> ratio, added;
+    for (i = 0; i < tp.size(); ++i) {
+        ratio.push_back(raw[i] / tp[i]);
+        added.push_back((tp[i] - raw[i]) * 1e6 / static_cast<double>(2 * k));
+    }
+    const double one_way = 1e6 / static_cast<double>(2 * k);
+    state.counters["tpipe_us"] = median(tp) * one_way;
+    state.counters["raw_us"] = median(raw) * one_way;
+    state.counters["added_us"] = median(added);
+    state.counters["bw_vs_raw"] = median(ratio);
+    state.counters["k"] = static_cast<double>(k);
+    if (m == channel_pingpong) state.counters["pool_hits"] = static_cast<double>(tpipe::payload_pool<bytes>::global().hits() - hits0);
+    state.SetBytesProcessed(2 * size * k * static_cast<std::int64_t>(tp.size()));
+}
+
+// ---- all-reduce: every rank ------------------------------------------------------------------
+
+struct allreduce_times {
+    std::vector<double> ring, rank_order, mpi;
+    tpipe::mpi::collective_traffic traffic{};  // of the ring blocks
+};
+
+allreduce_times allreduce_pairs(std::int64_t size, std::int64_t k)
+{
+    std::vector<float> v(static_cast<std::size_t>(size) / sizeof(float), 0.0f);  // zeros: sums stay finite
+    allreduce_times out;
+    auto tpipe_block = [&](tpipe::reduction_order o) {
+        comm->set_reduction_order(o);
+        tpipe::sync_wait([](std::vector<float>& x, std::int64_t n) -> tpipe::task<void> {
+            for (std::int64_t i = 0; i < n; ++i) co_await comm->all_reduce_sum(std::span<float>(x));
+        }(v, k));
+    };
+    auto mpi_block = [&] {
+        for (std::int64_t i = 0; i < k; ++i)
+            MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_FLOAT, MPI_SUM, raw_comm);
+    };
+    auto timed = [&](auto f) {
+        MPI_Barrier(raw_comm);  // every rank starts the block together
+        return seconds(f) / static_cast<double>(k);
+    };
+    tpipe_block(tpipe::reduction_order::ring);  // warm-up
+    mpi_block();
+    for (int r = 0; r < reps; ++r) {
+        const auto before = comm->traffic();
+        auto ring = [&] { out.ring.push_back(timed([&] { tpipe_block(tpipe::reduction_order::ring); })); };
+        auto ro = [&] { out.rank_order.push_back(timed([&] { tpipe_block(tpipe::reduction_order::rank_order); })); };
+        auto mpi = [&] { out.mpi.push_back(timed(mpi_block)); };
+        if (r % 2 == 0) {
+            ring(), ro(), mpi();
+        } else {
+            mpi(), ro(), ring();
+        }
+        const auto after = comm->traffic();
+        out.traffic.sent += (after.sent - before.sent) / static_cast<std::uint64_t>(k);
+        out.traffic.received += (after.received - before.received) / static_cast<std::uint64_t>(k);
+    }
+    out.traffic.sent /= reps;
+    out.traffic.received /= reps;
+    comm->set_reduction_order(tpipe::reduction_order::ring);
+    return out;
+}
+
+void BM_allreduce(benchmark::State& state)
+{
+    const std::int64_t size = state.range(0), k = per_block(size, std::int64_t{4} << 20);  // few: D = 8 on 2 cores is slow
+    broadcast_order({allreduce, size, k});
+    const auto t = allreduce_pairs(size, k);
+    std::size_t it = 0;
+    for (auto _ : state) state.SetIterationTime(t.ring[it++ % t.ring.size()]);
+    std::vector<double> ring_vs, ro_vs;
+    for (std::size_t i = 0; i < t.ring.size(); ++i) {
+        ring_vs.push_back(t.mpi[i] / t.ring[i]);
+        ro_vs.push_back(t.mpi[i] / t.rank_order[i]);
+    }
+    const int d = comm->size();
+    const std::size_t n = static_cast<std::size_t>(size) / sizeof(float);
+    state.counters["D"] = d;
+    state.counters["ring_ms"] = median(t.ring) * 1e3;
+    state.counters["rank_order_ms"] = median(t.rank_order) * 1e3;
+    state.counters["mpi_ms"] = median(t.mpi) * 1e3;
+    state.counters["ring_vs_mpi"] = median(ring_vs);
+    state.counters["rank_order_vs_mpi"] = median(ro_vs);
+    state.counters["sent_per_step"] = static_cast<double>(t.traffic.sent);
+    state.counters["recv_per_step"] = static_cast<double>(t.traffic.received);
+    state.counters["ideal_per_step"] = 2.0 * static_cast<double>(size) * (d - 1) / d;
+    state.counters["zero_state"] = 8.0 * static_cast<double>(tpipe::ring_segment(n, d, 0).size);
+    state.counters["replicated_state"] = 8.0 * static_cast<double>(n);
+}
+
+void follow()
+{
+    for (;;) {
+        const order o = broadcast_order({});
+        if (o.m == stop) return;
+        if (o.m == allreduce) {
+            allreduce_pairs(o.bytes, o.k);
+        } else {
+            std::vector<double> tp, raw;
+            pingpong_pairs(static_cast<mode>(o.m), o.bytes, o.k, true, tp, raw);
         }
     }
 }
 
 } // namespace
 
-BENCHMARK(BM_mpi_raw)->RangeMultiplier(4)->Range(8, 64 << 20);
-BENCHMARK(BM_mpi_tpipe)->RangeMultiplier(4)->Range(8, 64 << 20);
-BENCHMARK(BM_mpi_channel)->RangeMultiplier(4)->Range(8, 64 << 20);
-
 int main(int argc, char** argv)
 {
-    // TPIPE_BENCH_PROGRESS=0: without the progress thread (to see what it costs).
+    // TPIPE_BENCH_PROGRESS=0: without the progress thread; TPIPE_BENCH_POOL=0: no payload pool.
     const char* progress = std::getenv("TPIPE_BENCH_PROGRESS");
     const bool with_progress = !(progress && std::string(progress) == "0");
+    const char* pool = std::getenv("TPIPE_BENCH_POOL");
+    const bool with_pool = !(pool && std::string(pool) == "0");
+    if (!with_pool) tpipe::payload_pool<bytes>::global().set_limits({.min_bytes = SIZE_MAX});
     tpipe::mpi::environment env(argc, argv, {.progress = with_progress});
     int rank = 0, size = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) {
-        if (rank == 0) std::fprintf(stderr, "bench_mpi: run it with exactly 2 processes (mpirun -np 2), not %d\n", size);
+    if (size < 2) {
+        std::fprintf(stderr, "bench_mpi: run it with 2 processes or more (mpirun -np 2 ... -np 8), not %d\n", size);
         return 2;
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &control);
@@ -246,12 +301,18 @@ int main(int argc, char** argv)
         tpipe::mpi::communicator c = tpipe::mpi::communicator::world();
         comm = &c;
         benchmark::Initialize(&argc, argv);
+        if (size == 2) {
+            benchmark::RegisterBenchmark("BM_mpi_comm", BM_pingpong, comm_pingpong)->RangeMultiplier(4)->Range(8, 64 << 20)->UseManualTime()->Iterations(reps);
+            benchmark::RegisterBenchmark("BM_mpi_channel", BM_pingpong, channel_pingpong)->RangeMultiplier(4)->Range(8, 64 << 20)->UseManualTime()->Iterations(reps);
+        }
+        benchmark::RegisterBenchmark("BM_allreduce", BM_allreduce)->RangeMultiplier(8)->Range(256 << 10, 16 << 20)->UseManualTime()->Iterations(reps);
         if (rank == 0) {
-            benchmark::AddCustomContext("mpi", with_progress ? "MPI_THREAD_MULTIPLE, tpipe progress thread on" : "MPI_THREAD_MULTIPLE, no progress thread");
+            benchmark::AddCustomContext("mpi", std::string(with_progress ? "progress thread on" : "no progress thread") +
+                                                   (with_pool ? ", payload pool on" : ", payload pool off") + ", " + std::to_string(size) + " processes");
             benchmark::RunSpecifiedBenchmarks();
-            tell(stop, 0, 0);
+            broadcast_order({stop, 0, 0});
         } else {
-            echo_loop();
+            follow();
         }
         benchmark::Shutdown();
         comm = nullptr;

@@ -170,6 +170,7 @@ public:
         transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(K, D), replica_, active_->native());
         pipeline_ = std::make_unique<tpipe::mpi::communicator>(active_->split(replica_, rank_));
         replicas_ = std::make_unique<tpipe::mpi::communicator>(active_->split(rank_, replica_));
+        replicas_->set_reduction_order(tpipe::reduction_order::rank_order);  // as on threads: independent of the cuts
         std::vector<bool> here(static_cast<std::size_t>(K), false);
         here[static_cast<std::size_t>(rank_)] = true;
         model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, shape_.layer_cuts, here);

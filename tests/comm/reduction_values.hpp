@@ -1,6 +1,6 @@
 #pragma once
 // Inputs and expected results of all-reduce tests, shared by the thread and MPI communicator
-// suites: values whose sum changes its bits with the summation order, the rank-order sum, and
+// suites: values whose sum changes its bits with the summation order, the rank-order and ring-order sums, and
 // a bitwise comparison.
 #include <cmath>
 #include <cstdint>
@@ -36,6 +36,27 @@ std::vector<T> rank_order_sum(int d, std::size_t n)
     for (int r = 1; r < d; ++r) {
         auto v = values_of<T>(r, n);
         for (std::size_t k = 0; k < n; ++k) sum[k] += v[k];
+    }
+    return sum;
+}
+
+//! The ring order of tpipe/comm/reduction_order.hpp, written out independently: element k lies
+//! in segment s (n split into d parts, the first n % d one longer) and is the left fold of the
+//! members s+1, s+2, ..., d-1, 0, ..., s.
+template <class T>
+std::vector<T> ring_order_sum(int d, std::size_t n)
+{
+    std::vector<std::vector<T>> x;
+    for (int r = 0; r < d; ++r) x.push_back(values_of<T>(r, n));
+    std::vector<T> sum(n);
+    std::size_t k = 0;
+    for (int s = 0; s < d; ++s) {
+        const std::size_t len = n / static_cast<std::size_t>(d) + (static_cast<std::size_t>(s) < n % static_cast<std::size_t>(d) ? 1 : 0);
+        for (std::size_t e = 0; e < len; ++e, ++k) {
+            T acc = x[static_cast<std::size_t>((s + 1) % d)][k];
+            for (int m = s + 2; m <= s + d; ++m) acc += x[static_cast<std::size_t>(m % d)][k];
+            sum[k] = acc;
+        }
     }
     return sum;
 }

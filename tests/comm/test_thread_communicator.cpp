@@ -1,5 +1,5 @@
 // tpipe::thread_communicator: collectives are bitwise identical on every member and equal the
-// rank-order fold; mismatches are refused; cancel releases waiters; split; p2p order.
+// ring-order sum (tests/comm/test_ring_order.cpp checks the orders in depth); mismatches are refused; cancel releases waiters; split; p2p order.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -46,7 +46,7 @@ void on_threads(int d, F f)
 }
 
 using tpipe_test::bitwise_equal;
-using tpipe_test::rank_order_sum;
+using tpipe_test::ring_order_sum;
 using tpipe_test::values_of;
 
 std::span<std::byte> bytes_of(std::vector<int>& v) { return std::as_writable_bytes(std::span<int>(v)); }
@@ -58,13 +58,13 @@ TEST_CASE("thread_communicator models the communicator concept", "[comm][thread]
     STATIC_REQUIRE(tpipe::communicator<thread_communicator>);
 }
 
-TEMPLATE_TEST_CASE("all_reduce_sum on 1..4 threads is the rank-order sum, bitwise identical on every member", "[comm][thread]",
+TEMPLATE_TEST_CASE("all_reduce_sum on 1..4 threads is the ring-order sum, bitwise identical on every member", "[comm][thread]",
                    float, double, std::int32_t, std::int64_t)
 {
     constexpr std::size_t n = 1000;
     for (int d = 1; d <= 4; ++d) {
         CAPTURE(d);
-        const auto expected = rank_order_sum<TestType>(d, n);
+        const auto expected = ring_order_sum<TestType>(d, n);
         std::vector<std::vector<TestType>> results(static_cast<std::size_t>(d));
         on_threads(d, [&](thread_communicator& c) -> task<void> {
             auto& mine = results[static_cast<std::size_t>(c.rank())];
@@ -119,7 +119,7 @@ TEST_CASE("members on loop_threads resume on their own loop", "[comm][thread]")
         });
     for (auto& t : drivers) t.join();
     REQUIRE(wrong_loop.load() == 0);
-    const auto expected = rank_order_sum<float>(d, 257);
+    const auto expected = ring_order_sum<float>(d, 257);
     for (auto& r : results) REQUIRE(bitwise_equal(r, expected));
 }
 

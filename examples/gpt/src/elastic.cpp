@@ -186,6 +186,9 @@ public:
             for (int k = 0; k < K; ++k) opts.device_of_rank.push_back(d * K + k);
             if (D > 1) {
                 for (auto& g : groups_) r.members.push_back(g->member(d));
+                // The rank-order fold: its sums do not depend on how the stages cut the gradients,
+                // so they equal train_frozen_reference's whatever the plan (the ring's segments would).
+                for (auto& m : r.members) m.set_reduction_order(tpipe::reduction_order::rank_order);
                 std::vector<tpipe::thread_communicator*> comms;
                 for (auto& m : r.members) comms.push_back(&m);
                 r.dp = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r.model->pipe(), comms);

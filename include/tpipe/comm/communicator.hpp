@@ -16,10 +16,16 @@
 //   sizes with tpipe::error where it can see them.
 // - A result is bitwise identical on every member: the replicas of a data-parallel group must
 //   stay bitwise identical. The order of all_reduce_sum's additions is the model's:
-//   thread_communicator and mpi::communicator compute the left fold in rank order
-//   ((x0 + x1) + x2) + ... in T, so the same program on threads and on processes gives the same
-//   bits; nccl::communicator uses NCCL's ring/tree order, the same on every member but not the
-//   rank-order fold (equal to it for two members, since a + b == b + a, and for integers).
+//   thread_communicator and mpi::communicator add in the ring order that
+//   tpipe/comm/reduction_order.hpp defines once (segment s of the buffer is the left fold of
+//   members s+1, s+2, ..., s, in T), the order of a bandwidth-optimal ring reduce-scatter +
+//   all-gather, so the same program on threads and on processes gives the same bits. Both
+//   offer the rank-order fold ((x0 + x1) + x2) + ... as reduction_order::rank_order, and MPI
+//   its own MPI_Iallreduce as reduction_order::native (MPI's bits). nccl::communicator uses
+//   NCCL's ring/tree order, the same on every member but neither of tpipe's. Every order equals
+//   the rank-order fold for two members (a + b == b + a) and for integers.
+// - Optional: reduce_scatter_sum and all_gather (tpipe::reduce_scatter_communicator,
+//   tpipe/comm/reduce_scatter_communicator.hpp), what a sharded optimizer needs.
 // - send(peer, tag, bytes) / recv(peer, tag, bytes): messages from one source with one tag are
 //   received in the order they were sent; recv's span has exactly the size of the message (a
 //   different size is a tpipe::error). Tags are >= 0. send's awaitable completes when the

@@ -19,14 +19,19 @@
 // make(h) must give an object whose bytes() has the size bytes(original) had: the receiver checks
 // it against the message that arrives and refuses a mismatch.
 //
-// Provided: std::vector<T> of a trivially copyable T (header: the element count).
+// Provided: std::vector<T> of a trivially copyable T (header: the element count). Its make(h)
+// takes a recycled vector of that size from tpipe::payload_pool when there is one (its old
+// contents are overwritten by the body), else a new one; recycle(v) gives it back
+// (tpipe/exec/recyclable_payload.hpp).
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "tpipe/exec/payload_pool.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe {
@@ -54,7 +59,17 @@ struct payload_traits<std::vector<T>> {
         std::uint64_t count;
     };
     static header header_of(const std::vector<T>& v) { return {static_cast<std::uint64_t>(v.size())}; }
-    static std::vector<T> make(const header& h) { return std::vector<T>(static_cast<std::size_t>(h.count)); }
+    static std::vector<T> make(const header& h)
+    {
+        const auto n = static_cast<std::size_t>(h.count);
+        if (auto v = payload_pool<std::vector<T>>::global().take(n * sizeof(T))) return std::move(*v);
+        return std::vector<T>(n);
+    }
+    static void recycle(std::vector<T>&& v)
+    {
+        const std::size_t bytes = v.size() * sizeof(T);
+        payload_pool<std::vector<T>>::global().give(std::move(v), bytes);
+    }
     static std::span<const std::byte> bytes(const std::vector<T>& v) { return std::as_bytes(std::span<const T>(v)); }
     static std::span<std::byte> bytes(std::vector<T>& v) { return std::as_writable_bytes(std::span<T>(v)); }
 };

@@ -9,7 +9,9 @@
 // (a tpipe::poller), or the progress thread while the loop computes, so a large body moves
 // during the receiver's compute. arrival(tag) completes once the body is in place.
 // Sending end: send(tag, v) keeps v and posts its two MPI_Isends at once; the payload is
-// released when both complete; drain() completes when every send of the iteration has.
+// released when both complete (given to its tpipe::payload_pool when it is a
+// tpipe::recyclable_payload, so that a later receive of that size reuses its body instead of
+// allocating and zero-filling one); drain() completes when every send of the iteration has.
 //
 // Threads: the loop that owns an end calls send/post/arrival/ready/take; progress() may also
 // run on the progress thread; a mutex (try-locked by the progress thread) keeps MPI calls on one
@@ -35,6 +37,7 @@
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/loop.hpp"
 #include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/exec/recyclable_payload.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
@@ -319,6 +322,7 @@ private:
                 if (flag) detail::end_outstanding();
             }
             if (s.head_req == MPI_REQUEST_NULL && s.body_req == MPI_REQUEST_NULL) {
+                if constexpr (recyclable_payload<T>) traits::recycle(std::move(*s.value));  // its body serves a later receive
                 s.value.reset();
                 pending_sends_[k] = pending_sends_.back();
                 pending_sends_.pop_back();

@@ -10,16 +10,20 @@
 // How it works
 // - Every operation posts nonblocking MPI calls and awaits them as pollers of the current loop
 //   (tpipe::mpi::request_wait); the progress thread moves the data while the loop computes.
-// - all_reduce_sum is MPI_Igather to rank 0, the rank-order fold ((x0 + x1) + x2) + ... on rank
-//   0, then MPI_Ibcast, in chunks of at most chunk_bytes (4 MiB by default) per member, four
-//   chunks in flight (rank 0 buffers 4 * size chunks). The gathers of the first four are posted
-//   when the all-reduce starts and move while the loop computes; folding a chunk and posting its
-//   broadcast needs the loop (a poll between two actions). Not
-//   MPI_Iallreduce / MPI_Ireduce: their algorithms (trees, recursive halving, ring segments)
-//   sum in an order that depends on the member count and the message size, so the result
-//   differs from the rank-order fold, and for non-power-of-two sizes some algorithms even
-//   give different bits on different ranks. This gives the same bits as
-//   tpipe::thread_communicator on every member. Cost: rank 0 receives (size-1) times the data.
+// - all_reduce_sum, by set_reduction_order (every member must choose the same):
+//   - reduction_order::ring (default): a ring reduce-scatter + all-gather over point-to-point
+//     messages, chunked (chunk_bytes per piece, 1 MiB by default) and pipelined
+//     (tpipe/mpi/ring_all_reduce.hpp). It adds in the order tpipe/comm/reduction_order.hpp
+//     defines, so it gives the bits tpipe::thread_communicator gives, on every member. Each
+//     member sends and receives 2 n (size - 1) / size of the n bytes (traffic() counts them).
+//   - reduction_order::rank_order: MPI_Igather to rank 0, the rank-order fold, MPI_Ibcast
+//     (tpipe/mpi/rank_order_all_reduce.hpp); the same bits as threads in that order. Rank 0
+//     receives (size - 1) times the data.
+//   - reduction_order::native: MPI_Iallreduce in place. Its bits are MPI's: its algorithms
+//     (trees, recursive halving, ring segments) pick an order by member count and message size,
+//     which matches neither of the above, and for non-power-of-two sizes some give different
+//     bits on different ranks. For speed comparisons, or where bits do not matter.
+// - reduce_scatter_sum / all_gather (tpipe::reduce_scatter_communicator): the ring's two halves.
 // - The collectives of one communicator run one after another, in the order they are awaited
 //   (the same order on every member, as MPI requires).
 // - send/recv: MPI_Isend/MPI_Irecv of bytes, posted when send()/recv() is called (so a receive
@@ -48,15 +52,21 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/reduce_scatter_communicator.hpp"
+#include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/exec/loop.hpp"
+#include "tpipe/mpi/collective_op.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
+#include "tpipe/mpi/rank_order_all_reduce.hpp"
 #include "tpipe/mpi/request.hpp"
+#include "tpipe/mpi/ring_all_reduce.hpp"
 
 namespace tpipe::mpi {
 
@@ -64,250 +74,74 @@ class communicator;
 
 namespace detail {
 
+//! MPI_Iallreduce in place, in pieces of at most INT_MAX elements (reduction_order::native).
 template <class T>
-inline MPI_Datatype datatype() noexcept
-{
-    if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
-    else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
-    else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
-    else return MPI_INT64_T;
-}
-
-template <class T>
-concept reducible = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
-                    std::is_same_v<T, std::int64_t>;
-
-class collective_op;
-
-struct comm_state {
-    MPI_Comm comm = MPI_COMM_NULL;
-    int rank = 0, size = 1;
-    std::atomic<bool> cancelled{false};
-    bool broken = false;  //!< a collective was abandoned by cancel()
-    std::size_t chunk_bytes = std::size_t{4} << 20;
-    std::vector<std::byte> scratch;  //!< rank 0's gather buffer, reused
-    collective_op* head = nullptr;   //!< collectives in await order; the head runs
-    collective_op* tail = nullptr;
-};
-
-//! One collective as a small state machine of nonblocking MPI phases, polled from the loop.
-class collective_op : private poller {
+class native_all_reduce {
 public:
-    collective_op(const collective_op&) = delete;
-    collective_op& operator=(const collective_op&) = delete;
-
-    bool await_ready()
-    {
-        if (s_->cancelled.load(std::memory_order_acquire)) {
-            error_ = std::make_exception_ptr(operation_cancelled());
-            return true;
-        }
-        if (s_->broken) {
-            error_ = std::make_exception_ptr(tpipe::error(
-                "tpipe::mpi::communicator: a collective was abandoned by cancel(), so this communicator is unusable; end the job"));
-            return true;
-        }
-        if (s_->size == 1 && trivial_when_alone()) return true;
-        return false;
-    }
-
-    bool await_suspend(std::coroutine_handle<> h)
-    {
-        enqueue();
-        if (step()) return false;
-        return detail::suspend_polled(this, node_, loop_, h, [this] { return step(); });
-    }
-
-    void await_resume()
-    {
-        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    }
-
-protected:
-    explicit collective_op(comm_state* s) noexcept : s_(s) {}
-    ~collective_op() = default;
-
-    //! Tests and posts what it can; sets `finished` once done. Returns an MPI error code.
-    //! The default runs phases one after another: test req_, then advance().
-    virtual int drive(bool& finished) noexcept
+    native_all_reduce(comm_state* s, std::span<T> v) noexcept : s_(s), v_(v) {}
+    int drive(bool& finished) noexcept
     {
         for (;;) {
             int flag = 0;
-            const int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);  // flag is set for MPI_REQUEST_NULL
-            if (rc != MPI_SUCCESS) return rc;
-            if (!flag) return MPI_SUCCESS;
-            if (done_) {
+            if (const int rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
+            if (offset_ >= v_.size()) {
                 finished = true;
                 return MPI_SUCCESS;
             }
-            if (const int posted = advance(); posted != MPI_SUCCESS) return posted;
+            const std::size_t count = std::min<std::size_t>(v_.size() - offset_, INT_MAX);
+            const std::size_t at = std::exchange(offset_, offset_ + count);
+            if (const int rc = MPI_Iallreduce(MPI_IN_PLACE, v_.data() + at, static_cast<int>(count), datatype<T>(), MPI_SUM, s_->comm, &req_);
+                rc != MPI_SUCCESS)
+                return rc;
         }
     }
-    //! Posts the next phase into req_ (returns its MPI error code), or sets done_.
-    virtual int advance() noexcept { return MPI_SUCCESS; }
-    virtual bool trivial_when_alone() const noexcept { return true; }
-    virtual const char* name() const noexcept = 0;
-
-    comm_state* s_;
-    MPI_Request req_ = MPI_REQUEST_NULL;
-    bool done_ = false;
 
 private:
-    void enqueue() noexcept
-    {
-        detail::begin_outstanding();
-        if (s_->tail) s_->tail->next_ = this;
-        else s_->head = this;
-        s_->tail = this;
-    }
-
-    void dequeue() noexcept
-    {
-        collective_op* prev = nullptr;
-        for (collective_op* p = s_->head; p; prev = p, p = p->next_)
-            if (p == this) {
-                if (prev) prev->next_ = next_;
-                else s_->head = next_;
-                if (s_->tail == this) s_->tail = prev;
-                break;
-            }
-        detail::end_outstanding();
-    }
-
-    bool finish(std::exception_ptr e) noexcept
-    {
-        error_ = std::move(e);
-        dequeue();
-        return true;
-    }
-
-    //! Makes what progress it can; true once finished.
-    bool step() noexcept
-    {
-        if (s_->cancelled.load(std::memory_order_acquire)) {
-            if (started_) s_->broken = true;  // MPI can neither cancel nor free a collective request
-            return finish(std::make_exception_ptr(operation_cancelled()));
-        }
-        if (s_->head != this) return false;
-        started_ = true;
-        bool finished = false;
-        const int rc = drive(finished);
-        detail::note_tested();
-        if (rc != MPI_SUCCESS) {
-            s_->broken = true;
-            return finish(error_of(rc));
-        }
-        return finished ? finish(nullptr) : false;
-    }
-
-    std::exception_ptr error_of(int rc) const noexcept
-    {
-        try {
-            return std::make_exception_ptr(mpi_error(error_message(rc, name()), rc));
-        } catch (...) {
-            return std::current_exception();
-        }
-    }
-
-    bool poll() noexcept override
-    {
-        if (!step()) return false;
-        loop_->post(&node_);
-        return true;
-    }
-
-    collective_op* next_ = nullptr;
-    bool started_ = false;
-    std::exception_ptr error_{};
-    wake_node node_{};
-    loop* loop_ = nullptr;
+    comm_state* s_;
+    std::span<T> v_;
+    std::size_t offset_ = 0;
+    MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
-//! All-reduce in chunks, `window` of them in flight: the gathers of the first window are posted
-//! at once (the progress thread moves them while the loop computes); each time the gather of
-//! chunk k has completed, rank 0 folds it and every rank posts the broadcast of chunk k and then
-//! the gather of chunk k + window. Every rank posts the same sequence g0..g(w-1), b0, gw, b1,
-//! g(w+1), ..., as MPI requires of collectives on one communicator.
+//! all_reduce_sum in the communicator's reduction order (one of three algorithms).
 template <class T>
 class [[nodiscard]] all_reduce_op final : public collective_op {
 public:
-    static constexpr std::size_t window = 4;
-
-    all_reduce_op(comm_state* s, std::span<T> v) noexcept : collective_op(s), v_(v)
-    {
-        chunk_ = std::max<std::size_t>(1, s->chunk_bytes / sizeof(T));
-        chunks_ = (v.size() + chunk_ - 1) / chunk_;
-    }
+    all_reduce_op(comm_state* s, std::span<T> v) noexcept : collective_op(s), algo_(make(s, v)) {}
 
 private:
+    using algorithm = std::variant<ring_all_reduce<T>, rank_order_all_reduce<T>, native_all_reduce<T>>;
+    static algorithm make(comm_state* s, std::span<T> v) noexcept
+    {
+        switch (s->order) {
+        case reduction_order::rank_order: return algorithm(std::in_place_index<1>, s, v);
+        case reduction_order::native: return algorithm(std::in_place_index<2>, s, v);
+        default: return algorithm(std::in_place_index<0>, s, v, ring_all_reduce<T>::both);
+        }
+    }
     const char* name() const noexcept override { return "tpipe::mpi::communicator::all_reduce_sum"; }
-
-    std::size_t count_of(std::size_t k) const noexcept { return std::min(chunk_, v_.size() - k * chunk_); }
-    T* scratch_of(std::size_t k) noexcept
-    {
-        return reinterpret_cast<T*>(s_->scratch.data()) + (k % window) * static_cast<std::size_t>(s_->size) * chunk_;
-    }
-
-    int post_gather(std::size_t k) noexcept
-    {
-        const int count = static_cast<int>(count_of(k));
-        T* recv = s_->rank == 0 ? scratch_of(k) : nullptr;
-        return MPI_Igather(v_.data() + k * chunk_, count, datatype<T>(), recv, count, datatype<T>(), 0, s_->comm, &gathers_[k % window]);
-    }
-
     int drive(bool& finished) noexcept override
     {
-        if (!posted_first_) {
-            posted_first_ = true;
-            if (s_->rank == 0) {
-                const std::size_t need = std::min(window, chunks_) * static_cast<std::size_t>(s_->size) * chunk_ * sizeof(T);
-                if (s_->scratch.size() < need) {
-                    try {
-                        s_->scratch.resize(need);
-                    } catch (...) {
-                        return MPI_ERR_NO_MEM;
-                    }
-                }
-            }
-            for (; gathered_ < std::min(window, chunks_); ++gathered_)
-                if (const int rc = post_gather(gathered_); rc != MPI_SUCCESS) return rc;
-        }
-        while (folded_ < chunks_) {
-            const std::size_t k = folded_, slot = k % window;
-            int flag = 0;
-            if (const int rc = MPI_Test(&broadcasts_[slot], &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
-            if (const int rc = MPI_Test(&gathers_[slot], &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
-            T* out = v_.data() + k * chunk_;
-            const std::size_t count = count_of(k);
-            if (s_->rank == 0) {  // the rank-order fold, as tpipe::thread_communicator does it
-                const T* in = scratch_of(k);
-                std::memcpy(out, in, count * sizeof(T));
-                for (std::size_t r = 1; r < static_cast<std::size_t>(s_->size); ++r)
-                    for (std::size_t e = 0; e < count; ++e) out[e] += in[r * count + e];
-            }
-            if (const int rc = MPI_Ibcast(out, static_cast<int>(count), datatype<T>(), 0, s_->comm, &broadcasts_[slot]); rc != MPI_SUCCESS)
-                return rc;
-            ++folded_;
-            if (gathered_ < chunks_) {
-                if (const int rc = post_gather(gathered_); rc != MPI_SUCCESS) return rc;
-                ++gathered_;
-            }
-        }
-        for (auto& b : broadcasts_) {
-            int flag = 0;
-            if (const int rc = MPI_Test(&b, &flag, MPI_STATUS_IGNORE); rc != MPI_SUCCESS || !flag) return rc;
-        }
-        finished = true;
-        return MPI_SUCCESS;
+        return std::visit([&](auto& a) noexcept { return a.drive(finished); }, algo_);
     }
+    algorithm algo_;
+};
 
-    std::span<T> v_;
-    std::size_t chunk_ = 1, chunks_ = 0;
-    std::size_t gathered_ = 0;  //!< gathers posted
-    std::size_t folded_ = 0;    //!< chunks folded and broadcast posted
-    bool posted_first_ = false;
-    MPI_Request gathers_[window] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    MPI_Request broadcasts_[window] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+//! reduce_scatter_sum or all_gather: one half of the ring.
+template <class T>
+class [[nodiscard]] ring_half_op final : public collective_op {
+public:
+    ring_half_op(comm_state* s, std::span<T> v, unsigned phase) noexcept : collective_op(s), ring_(s, v, phase), phase_(phase) {}
+
+private:
+    const char* name() const noexcept override
+    {
+        return phase_ == ring_all_reduce<T>::reduce_scatter ? "tpipe::mpi::communicator::reduce_scatter_sum"
+                                                           : "tpipe::mpi::communicator::all_gather";
+    }
+    int drive(bool& finished) noexcept override { return ring_.drive(finished); }
+    ring_all_reduce<T> ring_;
+    unsigned phase_;
 };
 
 class [[nodiscard]] broadcast_op final : public collective_op {
@@ -406,13 +240,39 @@ public:
     //! tpipe::mpi::request_wait).
     const std::atomic<bool>& cancel_flag() const noexcept { return s_->cancelled; }
 
-    //! In-place sum over all members; rank-order fold, bitwise identical on every member.
+    //! In-place sum over all members, in the reduction order (ring by default); bitwise
+    //! identical on every member (native: as MPI guarantees).
     template <class T>
         requires detail::reducible<T>
     detail::all_reduce_op<T> all_reduce_sum(std::span<T> values) noexcept
     {
         return {s_.get(), values};
     }
+
+    //! In place: this member's ring segment (tpipe::ring_segment) becomes the ring-order sum;
+    //! the other segments hold partial sums (tpipe/comm/reduce_scatter_communicator.hpp).
+    template <class T>
+        requires detail::reducible<T>
+    detail::ring_half_op<T> reduce_scatter_sum(std::span<T> values) noexcept
+    {
+        return {s_.get(), values, detail::ring_all_reduce<T>::reduce_scatter};
+    }
+
+    //! In place: every member's segment s becomes a copy of member s's segment s.
+    template <class T>
+        requires detail::reducible<T>
+    detail::ring_half_op<T> all_gather(std::span<T> values) noexcept
+    {
+        return {s_.get(), values, detail::ring_all_reduce<T>::all_gather};
+    }
+
+    //! The algorithm and order of all_reduce_sum from now on (see the file comment); every
+    //! member must choose the same (MPI cannot check it: a mismatch hangs or gives wrong sums).
+    void set_reduction_order(reduction_order o) noexcept { s_->order = o; }
+    reduction_order order() const noexcept { return s_->order; }
+
+    //! Payload bytes this member's ring collectives have sent and received so far.
+    collective_traffic traffic() const noexcept { return s_->traffic; }
 
     //! Copies root's bytes into every member's span (same size everywhere).
     detail::broadcast_op broadcast(std::span<std::byte> bytes, int root)
@@ -453,7 +313,10 @@ public:
                                    std::to_string(rank()) + " is negative; colors must be >= 0 (and every rank calls split)");
         MPI_Comm c = MPI_COMM_NULL;
         check(MPI_Comm_split(s_->comm, color, key, &c), "MPI_Comm_split");
-        return communicator(c, adopt{});
+        communicator out(c, adopt{});
+        out.s_->order = s_->order;
+        out.s_->chunk_bytes = s_->chunk_bytes;
+        return out;
     }
 
     //! Another handle on the same members (MPI_Comm_dup, blocking collective), e.g. one per loop.
@@ -472,7 +335,8 @@ public:
         s_->cancelled.store(false, std::memory_order_release);
     }
 
-    //! Largest chunk of an all-reduce per member, in bytes (rank 0 buffers size() chunks).
+    //! Largest piece of a collective's message, in bytes (the ring keeps 4 in flight; the
+    //! rank-order fold buffers 4 * size() on rank 0).
     void set_chunk_bytes(std::size_t bytes)
     {
         if (bytes == 0 || bytes > std::size_t{INT_MAX})
@@ -491,6 +355,7 @@ private:
     void init()
     {
         check(MPI_Comm_set_errhandler(s_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+        check(MPI_Comm_dup(s_->comm, &s_->ring_comm), "MPI_Comm_dup");
         check(MPI_Comm_rank(s_->comm, &s_->rank), "MPI_Comm_rank");
         check(MPI_Comm_size(s_->comm, &s_->size), "MPI_Comm_size");
     }
@@ -505,6 +370,7 @@ private:
             abandoned->push_back(s_.release());
             return;
         }
+        if (s_->ring_comm != MPI_COMM_NULL) MPI_Comm_free(&s_->ring_comm);
         if (s_->comm != MPI_COMM_NULL) MPI_Comm_free(&s_->comm);
         s_.reset();
     }
@@ -529,5 +395,6 @@ private:
 };
 
 static_assert(tpipe::communicator<communicator>);
+static_assert(tpipe::reduce_scatter_communicator<communicator>);
 
 } // namespace tpipe::mpi
