@@ -22,40 +22,56 @@ void config::validate() const
     if (!(ln_eps > 0)) bad("ln_eps must be > 0");
 }
 
-layout::layout(const config& c)
+layout::layout(const config& c) : layout(c, holding{}) {}
+
+layout::layout(const config& c, const holding& h) : held(h)
 {
     c.validate();
+    if (held.layer_end < 0) held.layer_end = c.layers;
+    if (held.layer_begin < 0 || held.layer_begin > held.layer_end || held.layer_end > c.layers)
+        throw std::invalid_argument("gpt::layout: layers [" + std::to_string(held.layer_begin) + ", " +
+                                    std::to_string(held.layer_end) + ") are not inside the model's " +
+                                    std::to_string(c.layers));
     const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff();
-    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay) {
-        tensor_info t{std::move(name), total, std::move(shape), decay};
+    std::int64_t global = 0;
+    // Every tensor in the whole model's order; the held ones get storage here.
+    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, int slot, bool keep) {
+        tensor_info t{std::move(name), keep ? total : -1, std::move(shape), decay, global, false, slot};
+        global += t.size();
+        if (!keep) return std::int64_t{-1};
         total += t.size();
         tensors.push_back(t);
         return t.offset;
     };
-    wte = add("wte", {V, d}, true);
-    wpe = add("wpe", {L, d}, true);
+    const bool copy = c.tied && held.last && !held.first;  // the tied head's copy of the embedding
+    wte = add("wte", {V, d}, true, 0, held.first || copy);
+    if (copy) tensors.back().tied_copy = true;
+    wpe = add("wpe", {L, d}, true, 0, held.first);
     for (int l = 0; l < c.layers; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
+        const bool keep = l >= held.layer_begin && l < held.layer_end;
+        const int slot = 1 + l;
         block b{};
-        b.begin = total;
-        b.ln1_g = add(p + "ln1.g", {d}, false);
-        b.ln1_b = add(p + "ln1.b", {d}, false);
-        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true);
-        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false);
-        b.w_o = add(p + "attn.w_o", {d, d}, true);
-        b.b_o = add(p + "attn.b_o", {d}, false);
-        b.ln2_g = add(p + "ln2.g", {d}, false);
-        b.ln2_b = add(p + "ln2.b", {d}, false);
-        b.w_fc = add(p + "mlp.w_fc", {d, F}, true);
-        b.b_fc = add(p + "mlp.b_fc", {F}, false);
-        b.w_proj = add(p + "mlp.w_proj", {F, d}, true);
-        b.b_proj = add(p + "mlp.b_proj", {d}, false);
-        b.end = total;
+        b.begin = keep ? total : -1;
+        b.ln1_g = add(p + "ln1.g", {d}, false, slot, keep);
+        b.ln1_b = add(p + "ln1.b", {d}, false, slot, keep);
+        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true, slot, keep);
+        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false, slot, keep);
+        b.w_o = add(p + "attn.w_o", {d, d}, true, slot, keep);
+        b.b_o = add(p + "attn.b_o", {d}, false, slot, keep);
+        b.ln2_g = add(p + "ln2.g", {d}, false, slot, keep);
+        b.ln2_b = add(p + "ln2.b", {d}, false, slot, keep);
+        b.w_fc = add(p + "mlp.w_fc", {d, F}, true, slot, keep);
+        b.b_fc = add(p + "mlp.b_fc", {F}, false, slot, keep);
+        b.w_proj = add(p + "mlp.w_proj", {F, d}, true, slot, keep);
+        b.b_proj = add(p + "mlp.b_proj", {d}, false, slot, keep);
+        b.end = keep ? total : -1;
         blocks.push_back(b);
     }
-    lnf_g = add("lnf.g", {d}, false);
-    lnf_b = add("lnf.b", {d}, false);
-    head = c.tied ? wte : add("head", {V, d}, true);
+    lnf_g = add("lnf.g", {d}, false, c.layers + 1, held.last);
+    lnf_b = add("lnf.b", {d}, false, c.layers + 1, held.last);
+    head = c.tied ? wte : add("head", {V, d}, true, c.layers + 1, held.last);
+    if (!held.last) head = -1;
     tied = c.tied;
 }
 
@@ -65,6 +81,7 @@ std::int64_t layout::frozen_end(int frozen) const
         throw std::invalid_argument("gpt: cannot freeze " + std::to_string(frozen) + " layers of " +
                                     std::to_string(blocks.size()));
     if (frozen == 0) return 0;
+    if (!whole()) throw std::invalid_argument("gpt: freezing works on the whole model's layout, not a stage's");
     if (tied)
         throw std::invalid_argument("gpt: freezing layers freezes the embedding, which the tied LM head shares; "
                                     "use an untied head (config::tied = false, train_gpt --untied)");
@@ -72,8 +89,13 @@ std::int64_t layout::frozen_end(int frozen) const
 }
 
 template <class T>
-parameters<T>::parameters(const config& c)
-    : cfg(c), lay(c), value(static_cast<std::size_t>(lay.total)), grad(static_cast<std::size_t>(lay.total))
+parameters<T>::parameters(const config& c) : parameters(c, holding{})
+{
+}
+
+template <class T>
+parameters<T>::parameters(const config& c, const holding& h)
+    : cfg(c), lay(c, h), value(static_cast<std::size_t>(lay.total)), grad(static_cast<std::size_t>(lay.total))
 {
 }
 
@@ -98,15 +120,19 @@ void parameters<T>::init(std::uint64_t seed)
 {
     std::uint64_t s = seed * 0x2545F4914F6CDD1DULL + 1;
     const double proj_std = 0.02 / std::sqrt(2.0 * std::max(1, cfg.layers));
-    for (const auto& t : lay.tensors) {
-        T* p = value.data() + t.offset;
+    // The whole model's draws in its order, so that every stage gets the whole model's values.
+    const layout whole(cfg);
+    auto mine = lay.tensors.begin();
+    for (const auto& t : whole.tensors) {
+        const bool held = mine != lay.tensors.end() && mine->global_offset == t.global_offset;
+        T* p = held ? value.data() + mine->offset : nullptr;
+        if (held) ++mine;
         const bool is_gain = t.name.size() >= 2 && t.name.substr(t.name.size() - 2) == ".g";
         const bool is_proj = t.name.find("w_o") != std::string::npos || t.name.find("w_proj") != std::string::npos;
         for (std::int64_t i = 0; i < t.size(); ++i) {
-            if (t.shape.size() == 2)
-                p[i] = static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02));
-            else
-                p[i] = is_gain ? T(1) : T(0);
+            const T x = t.shape.size() == 2 ? static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02))
+                                            : is_gain ? T(1) : T(0);
+            if (p) p[i] = x;
         }
     }
     zero_grad();
@@ -236,6 +262,13 @@ part<T>::part(parameters<T>& params, int layer_begin, int layer_end, bool first,
     if (layer_begin < 0 || layer_end < layer_begin || layer_end > params.cfg.layers)
         refuse("layer range [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
                ") is not inside [0, " + std::to_string(params.cfg.layers) + ")");
+    const holding& h = params.lay.held;
+    if ((layer_end > layer_begin && (layer_begin < h.layer_begin || layer_end > h.layer_end)) || (first && !h.first) ||
+        (last && !h.last))
+        refuse("the part (layers [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) + ")" +
+               (first ? ", embeddings" : "") + (last ? ", head" : "") + ") needs parameters its state does not hold " +
+               "(layers [" + std::to_string(h.layer_begin) + ", " + std::to_string(h.layer_end) + ")" +
+               (h.first ? ", embeddings" : "") + (h.last ? ", head" : "") + ")");
     if (last && params.cfg.tied)
         impl_->head_grad.assign(static_cast<std::size_t>(params.cfg.vocab) * params.cfg.d_model, T(0));
 }
@@ -627,16 +660,48 @@ void adamw<T>::freeze(std::int64_t end)
 }
 
 template <class T>
+std::vector<double> adamw<T>::squares(const parameters<T>& p) const
+{
+    // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
+    // leaving them out changes no bit. A slot's tensors are contiguous in the flat vector.
+    std::vector<double> out(static_cast<std::size_t>(norm_slots(p.cfg)), 0.0);
+    const auto& ts = p.lay.tensors;
+    for (std::size_t i = 0; i < ts.size();) {
+        std::size_t j = i;
+        while (j < ts.size() && ts[j].slot == ts[i].slot && ts[j].tied_copy == ts[i].tied_copy) ++j;
+        const std::int64_t b = std::max(ts[i].offset, frozen_), e = ts[j - 1].offset + ts[j - 1].size();
+        if (!ts[i].tied_copy && e > b) out[static_cast<std::size_t>(ts[i].slot)] = sum_of_squares(e - b, p.grad.data() + b);
+        i = j;
+    }
+    return out;
+}
+
+template <class T>
 void adamw<T>::step(parameters<T>& p)
+{
+    step(p, squares(p));
+}
+
+template <class T>
+void adamw<T>::step(parameters<T>& p, const std::vector<double>& all_squares)
+{
+    if (static_cast<int>(all_squares.size()) != norm_slots(p.cfg))
+        throw std::invalid_argument("adamw::step: " + std::to_string(all_squares.size()) + " sums of squares, one per "
+                                    "norm slot needs " + std::to_string(norm_slots(p.cfg)));
+    double sum = 0;
+    for (double x : all_squares) sum += x;  // slot order: the same bits for every cut into stages
+    update(p, std::sqrt(sum));
+}
+
+template <class T>
+void adamw<T>::update(parameters<T>& p, double norm)
 {
     ++t_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-    // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
-    // leaving them out of the norm changes no bit.
     const T* grad = p.grad.data() + frozen_;
     T* value = p.value.data() + frozen_;
-    norm_ = std::sqrt(sum_of_squares(m_.size(), grad));
+    norm_ = norm;
     const double clip = o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0;
     const adamw_coefficients c{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, clip, o_.lr / bc1,
                                1.0 / std::sqrt(bc2)};
