@@ -27,6 +27,7 @@
 #include <tpipe/core/checked.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
+#include <tpipe/plan/memory_model.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 #include <tpipe/slice/spec.hpp>
@@ -84,6 +85,7 @@ struct options {
     std::string device = "cpu";
     std::string precision = "fp32";
     bool elastic = false;
+    bool recompute = false;
     bool steps_given = false;
     gpt::elastic_command el;
 };
@@ -115,6 +117,8 @@ const char* usage_text =
     "                    --transport, --threads, --trace, --elastic and --slicer terapipe do not apply)\n"
     "  --precision P     with --device cuda: fp32 (default) or bf16 (bf16 storage, float master weights and\n"
     "                    sums; --check then compares within 3e-2, and --check-tol defaults to 3e-2)\n"
+    "  --recompute       activation recomputation: each unit keeps only its input to a stage and recomputes the\n"
+    "                    stage's forward in its backward (bitwise the same training; less memory, more time)\n"
     "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
@@ -197,6 +201,7 @@ options parse(int argc, char** argv)
         else if (f == "--device") o.device = value();
         else if (f == "--precision") o.precision = value();
         else if (f == "--untied") o.cfg.tied = false;
+        else if (f == "--recompute") o.recompute = true;
         else if (f == "--elastic") o.elastic = true;
         else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
         else if (f == "--alpha") o.el.opts.alpha = to_double(f, value());
@@ -244,6 +249,8 @@ options parse(int argc, char** argv)
         throw usage_error("--granularity applies to the TeraPipe planner (--slicer terapipe), not to --slicer " +
                           o.slicer);
     if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
+    if (o.recompute && (o.device != "cpu" || o.elastic))
+        throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
     if (o.device == "cuda") {
@@ -349,11 +356,13 @@ struct replica {
                 return false;
         return true;
     }
-    //! FNV-1a of the weights of the stages here in the whole model's order (every stage: of the
-    //! whole model's flat vector), continued from `h`.
-    std::uint64_t fingerprint(std::uint64_t h) const
+    //! FNV-1a of the weights of stage `stage` (-1: every stage here, in the whole model's order;
+    //! with every stage here, that of the whole model's flat vector), continued from `h`.
+    std::uint64_t fingerprint(std::uint64_t h, int stage = -1) const
     {
-        state->each_tensor(false, [&](std::int64_t, std::span<const float> v) { h = gpt::fnv_update(h, v); });
+        auto add = [&](std::int64_t, std::span<const float> v) { h = gpt::fnv_update(h, v); };
+        if (stage < 0) state->each_tensor(false, add);
+        else state->each_tensor(stage, false, add);
         return h;
     }
 
@@ -449,13 +458,15 @@ public:
         return sum / D_;
     }
 
-    //! FNV-1a of the replica's whole weights: each pipeline rank continues its predecessor's.
-    std::string fingerprint(const replica& r)
+    //! FNV-1a of the replica's whole weights: stage by stage, the rank running each continues
+    //! the hash of the stages before it and hands it on.
+    std::string fingerprint(const replica& r, const tpipe::program& prog)
     {
         std::uint64_t h = gpt::fnv_offset_basis;
-        for (int k = 0; k < P_; ++k) {
-            if (k == where.rank) h = r.fingerprint(h);
-            tpipe::sync_wait(pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), k));
+        for (int s = 0; s < prog.stages(); ++s) {
+            const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+            if (owner == where.rank) h = r.fingerprint(h, s);
+            tpipe::sync_wait(broadcast_over_pipeline(h, owner));
         }
         return gpt::fnv_hex(h);
     }
@@ -463,7 +474,8 @@ public:
     std::vector<float> whole(const replica& r, bool gradients)
     {
         std::vector<float> w = r.state->whole(gradients);  // zeros where other ranks hold the stages
-        tpipe::sync_wait(pipeline_comm_->all_reduce_sum(std::span<float>(w)));
+        std::vector<double> none;
+        tpipe::sync_wait(over_pipeline(w, none));
         return w;
     }
 
@@ -482,7 +494,11 @@ private:
     tpipe::task<void> over_pipeline(std::vector<float>& tied, std::vector<double>& squares)
     {
         if (!tied.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<float>(tied));
-        co_await pipeline_comm_->all_reduce_sum(std::span<double>(squares));
+        if (!squares.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<double>(squares));
+    }
+    tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
+    {
+        co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
     }
     using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
     int P_, D_;
@@ -492,6 +508,34 @@ private:
     std::unique_ptr<runner_t> runner_;
 };
 #endif
+
+//! The memory model's (tpipe/plan/memory_model.hpp) peak for this process: per stage here, fp32
+//! weights and gradients and AdamW's two moments (16 B a parameter) and every unit's activations
+//! alive at once, plus a fixed floor (docs/memory.md: the measured baseline RSS, thread stacks
+//! and BLAS buffers of train_gpt with a negligible model).
+double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<replica>>& reps,
+                            const tpipe::scheme& units)
+{
+    constexpr double floor_bytes = 24.0 * (1 << 20);
+    const tpipe::transformer_shape shape{.layers = o.cfg.layers, .hidden = o.cfg.d_model, .heads = o.cfg.heads,
+                                         .vocab = o.cfg.vocab};
+    double bytes = floor_bytes;
+    for (const auto& r : reps)
+        for (int s = 0; s < r->state->stages(); ++s) {
+            if (!r->state->holds(s)) continue;
+            const auto& held = r->state->params(s).lay.held;
+            // The CPU GPT's saves per layer, token and hidden unit: 16 floats from the forward
+            // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
+            // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
+            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = 8,
+                                     .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
+                                     .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
+                                     .input_bytes = 4};
+            const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), 1, o.cfg.seq_len, mo);
+            bytes += m.static_bytes() + m.all_alive_bytes(units);
+        }
+    return bytes;
+}
 
 //! --device cuda: the CUDA GPT (examples/gpt/cuda) under the same schedule, slicing and data.
 int train_on_cuda(const options& o, const std::string& text)
@@ -662,6 +706,7 @@ int train(const options& o)
         std::vector<bool> here(static_cast<std::size_t>(stages));
         for (int s = 0; s < stages; ++s) here[s] = where.runs(r->index, prog.stage_rank[s]);
         r->build(stages, threads_per_part, here);
+        r->model->set_recompute(o.recompute);
         tpipe::run_options opts = ro;
         if (!over_mpi) {
             for (int k = 0; k < ranks; ++k) opts.device_of_rank.push_back(r->index * ranks + k);
@@ -778,7 +823,7 @@ int train(const options& o)
     std::string weights_fnv = gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
 #ifdef TPIPE_GPT_MPI
     if (mpi) {
-        weights_fnv = mpi->fingerprint(*reps.front());
+        weights_fnv = mpi->fingerprint(*reps.front(), prog);
         replicas_identical = mpi->same_everywhere(weights_fnv) && replicas_identical;
     }
 #endif
@@ -806,6 +851,8 @@ int train(const options& o)
                                 {"transport", o.transport},
                                 {"replicas_identical", replicas_identical},
                                 {"weights_fnv", weights_fnv},
+                                {"recompute", o.recompute},
+                                {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units)},
                                 {"units", describe(units)}};
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;

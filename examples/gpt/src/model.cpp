@@ -167,6 +167,7 @@ struct part<T>::impl {
         std::vector<layer_saved> layers;
         std::vector<T> dx0;                                       // first: grad of embedding output
         std::vector<T> xh, xf, meanf, rstdf, dlogits, dxf;        // last: head
+        std::vector<T> input;  // under recompute: the unit's input to the part (not the first)
         bool input_done = false;
     };
 
@@ -186,6 +187,7 @@ struct part<T>::impl {
     std::vector<typename unit_map::node_type> spare_units;
     std::vector<std::vector<T>> spare_buffers;  // activations and gradients that came back
     std::vector<T> dattn, attn_scratch;         // backward temporaries
+    std::vector<std::vector<layer_saved>> spare_layers;  // under recompute: layers' saves not in use
     static constexpr std::size_t max_spare_buffers = 16;
 
     //! The map entry for `key`, a recycled node when there is one (its value keeps its buffers).
@@ -228,10 +230,24 @@ struct part<T>::impl {
     {
         auto& us = reuse(units, spare_units, key)->second;
         us.input_done = false;
-        us.layers.resize(static_cast<std::size_t>(layers));
+        take_layers(us, layers);
         return us;
     }
     void retire(typename unit_map::iterator it) { spare_units.push_back(units.extract(it)); }
+    //! The unit's per-layer saves: its own, else a spare set (recompute hands them around).
+    void take_layers(unit_saved& us, int layers)
+    {
+        if (us.layers.empty() && !spare_layers.empty()) {
+            us.layers = std::move(spare_layers.back());
+            spare_layers.pop_back();
+        }
+        us.layers.resize(static_cast<std::size_t>(layers));
+    }
+    void give_layers(unit_saved& us)
+    {
+        spare_layers.push_back(std::move(us.layers));
+        us.layers.clear();
+    }
     void retire_all()
     {
         while (!mbs.empty()) retire(mbs.begin());
@@ -337,52 +353,39 @@ void part<T>::flush_grad()
 }
 
 template <class T>
-activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
+std::vector<T> part<T>::embed(const tpipe::unit& u)
 {
     impl& I = *impl_;
     const config& cfg = params_->cfg;
-    if (!I.data) refuse("forward() before begin()");
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, d = cfg.d_model, Lb = B.seq_len;
+    const T* W = params_->value.data();
+    std::vector<T> x = I.take_buffer(static_cast<std::size_t>(rows * s * d));
+    const T* wte = W + params_->lay.wte;
+    const T* wpe = W + params_->lay.wpe;
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < s; ++i) {
+            const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
+            if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
+            T* xi = x.data() + (r * s + i) * d;
+            for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
+        }
+    return x;
+}
+
+template <class T>
+void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
     const std::int64_t n = rows * s;
-    if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
-    // Per-microbatch state: created by the first slice, which must start at token 0.
-    auto it = I.mbs.find(u.microbatch);
-    if (t0 == 0) {
-        if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
-        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
-    } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
-               it->second.rows != rows) {
-        refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
-               std::to_string(t1) + ") out of causal order (its earlier tokens must go first, same rows)");
-    }
-    auto& mb = it->second;
-    mb.forwarded = t1;
-    auto& us = I.new_unit({u.microbatch, u.slice}, l1_ - l0_);
-
+    auto& mb = I.mbs.at(u.microbatch);
+    auto& us = I.units.at({u.microbatch, u.slice});
     const T* W = params_->value.data();
     thread_pool& pool = *pool_;
-    std::vector<T> x;
-    if (first_) {
-        x = I.take_buffer(static_cast<std::size_t>(n * d));
-        const T* wte = W + params_->lay.wte;
-        const T* wpe = W + params_->lay.wpe;
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t i = 0; i < s; ++i) {
-                const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
-                if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
-                T* xi = x.data() + (r * s + i) * d;
-                for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
-            }
-    } else {
-        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
-            refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
-                   std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
-                   std::to_string(s) + "," + std::to_string(d) + "]");
-        x = std::move(in.data);
-    }
-
     const attention_shape shape{rows, H, dh, s, t0, Lb};
     for (int l = l0_; l < l1_; ++l) {
         const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
@@ -423,6 +426,49 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
         gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
         add_bias_residual(pool, n, d, W + bl.b_proj, sv.xmid.data(), x.data());
     }
+
+}
+
+template <class T>
+activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
+    if (!I.data) refuse("forward() before begin()");
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len;
+    const std::int64_t n = rows * s;
+    if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
+    // Per-microbatch state: created by the first slice, which must start at token 0.
+    auto it = I.mbs.find(u.microbatch);
+    if (t0 == 0) {
+        if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
+        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
+    } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
+               it->second.rows != rows) {
+        refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
+               std::to_string(t1) + ") out of causal order (its earlier tokens must go first, same rows)");
+    }
+    auto& mb = it->second;
+    mb.forwarded = t1;
+    auto& us = I.new_unit({u.microbatch, u.slice}, l1_ - l0_);
+
+    const T* W = params_->value.data();
+    thread_pool& pool = *pool_;
+    std::vector<T> x;
+    if (first_) {
+        x = embed(u);
+    } else {
+        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
+            refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
+                   std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
+                   std::to_string(s) + "," + std::to_string(d) + "]");
+        x = std::move(in.data);
+        if (recompute_) us.input.assign(x.begin(), x.end());  // all the unit keeps until its backward
+    }
+    forward_blocks(u, x);
+    if (recompute_) I.give_layers(us);  // recomputed in the backward
 
     if (!last_) return activation<T>{rows, s, std::move(x)};
 
@@ -472,6 +518,15 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     us.input_done = true;
     const T* W = params_->value.data();
     thread_pool& pool = *pool_;
+    if (recompute_) {
+        // The part's forward again from the kept input: the same inputs, weights and kernels, so
+        // bitwise the same saves (and the same K/V of the unit's tokens, written again).
+        I.take_layers(us, l1_ - l0_);
+        std::vector<T> x = first_ ? embed(u) : I.take_buffer(us.input.size());
+        if (!first_) std::copy(us.input.begin(), us.input.end(), x.begin());
+        forward_blocks(u, x);
+        I.give_buffer(std::move(x));
+    }
 
     std::vector<T> dx;
     if (last_) {
@@ -587,6 +642,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
                 }
             }
     }
+    if (recompute_) I.give_layers(us);
     I.retire(uit);
 }
 
@@ -662,9 +718,17 @@ void adamw<T>::freeze(std::int64_t end)
 template <class T>
 std::vector<double> adamw<T>::squares(const parameters<T>& p) const
 {
+    std::vector<double> out;
+    squares_into(p, out);
+    return out;
+}
+
+template <class T>
+void adamw<T>::squares_into(const parameters<T>& p, std::vector<double>& out) const
+{
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
     // leaving them out changes no bit. A slot's tensors are contiguous in the flat vector.
-    std::vector<double> out(static_cast<std::size_t>(norm_slots(p.cfg)), 0.0);
+    out.assign(static_cast<std::size_t>(norm_slots(p.cfg)), 0.0);
     const auto& ts = p.lay.tensors;
     for (std::size_t i = 0; i < ts.size();) {
         std::size_t j = i;
@@ -673,13 +737,13 @@ std::vector<double> adamw<T>::squares(const parameters<T>& p) const
         if (!ts[i].tied_copy && e > b) out[static_cast<std::size_t>(ts[i].slot)] = sum_of_squares(e - b, p.grad.data() + b);
         i = j;
     }
-    return out;
 }
 
 template <class T>
 void adamw<T>::step(parameters<T>& p)
 {
-    step(p, squares(p));
+    squares_into(p, scratch_);  // a member: the steady state allocates nothing
+    step(p, scratch_);
 }
 
 template <class T>

@@ -179,6 +179,15 @@ public:
     //! tied head's private accumulator). Data parallelism all-reduces these.
     std::vector<std::span<T>> gradients();
 
+    //! Activation recomputation: a unit keeps only its input to this part from its forward to its
+    //! backward, which recomputes the part's forward first: the same inputs, weights and kernels,
+    //! so bitwise the same gradients. The K/V cache of a microbatch's earlier tokens is kept, not
+    //! recomputed: it is the context later slices attend to, and every slice's backward needs it
+    //! (recomputing it would redo the forward of all earlier slices). The last part keeps its
+    //! head's saves (the softmax gradient: the loss is not computed twice).
+    void set_recompute(bool on) { recompute_ = on; }
+    bool recompute() const { return recompute_; }
+
     bool first() const { return first_; }
     bool last() const { return last_; }
     int layer_begin() const { return l0_; }
@@ -187,6 +196,8 @@ public:
     parameters<T>& params() { return *params_; }
 
 private:
+    std::vector<T> embed(const tpipe::unit& u);
+    void forward_blocks(const tpipe::unit& u, std::vector<T>& x);
     struct impl;
     std::unique_ptr<impl> impl_;
     parameters<T>* params_;
@@ -194,6 +205,7 @@ private:
     bool first_, last_;
     std::unique_ptr<thread_pool> pool_;
     double loss_ = 0;
+    bool recompute_ = false;
 };
 
 //! Runs one whole iteration on a single part holding the whole model, as one unit (the
@@ -244,7 +256,9 @@ public:
 
 private:
     void update(parameters<T>& p, double norm);
+    void squares_into(const parameters<T>& p, std::vector<double>& out) const;
     adamw_options o_;
+    std::vector<double> scratch_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
     std::int64_t t_ = 0;

@@ -108,6 +108,12 @@ public:
         if (frozen_ == 0) throw std::invalid_argument("set_source: no layer is frozen, stage 0 embeds the tokens itself");
         io_.source = std::move(source);
     }
+    //! Activation recomputation on every part here (see part::set_recompute).
+    void set_recompute(bool on)
+    {
+        for (auto& p : parts_)
+            if (p) p->set_recompute(on);
+    }
     //! Whether stage i's part was built here.
     bool has_part(int i) const { return parts_[static_cast<std::size_t>(i)] != nullptr; }
     part<T>& part_at(int i)

@@ -124,12 +124,17 @@ public:
     template <class F>
     void each_tensor(bool gradients, F&& f) const
     {
-        for (const auto& s : states_) {
-            if (!s) continue;
-            const auto& v = gradients ? s->params.grad : s->params.value;
-            for (const auto& t : s->params.lay.tensors)
-                if (!t.tied_copy) f(t.global_offset, std::span<const T>(v.data() + t.offset, static_cast<std::size_t>(t.size())));
-        }
+        for (int i = 0; i < stages(); ++i) each_tensor(i, gradients, f);
+    }
+    //! The same for stage i only (nothing when it is not here).
+    template <class F>
+    void each_tensor(int i, bool gradients, F&& f) const
+    {
+        const auto& s = states_.at(static_cast<std::size_t>(i));
+        if (!s) return;
+        const auto& v = gradients ? s->params.grad : s->params.value;
+        for (const auto& t : s->params.lay.tensors)
+            if (!t.tied_copy) f(t.global_offset, std::span<const T>(v.data() + t.offset, static_cast<std::size_t>(t.size())));
     }
     //! The whole model's values (or gradients), zero where another process holds them (--check).
     std::vector<T> whole(bool gradients) const
