@@ -27,6 +27,7 @@
 #include <tpipe/core/checked.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
+#include <tpipe/plan/memory_model.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 #include <tpipe/slice/spec.hpp>
@@ -39,6 +40,7 @@
 #include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
+#include "gpt/stage_state.hpp"
 #ifdef TPIPE_GPT_CUDA
 #include "gpt_cuda/train.hpp"
 #endif
@@ -47,6 +49,7 @@
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/environment.hpp>
 #include <tpipe/mpi/transport.hpp>
+#include <tpipe/exec/sync_wait.hpp>
 #endif
 
 #ifndef TPIPE_GPT_DEFAULT_CORPUS
@@ -82,6 +85,7 @@ struct options {
     std::string device = "cpu";
     std::string precision = "fp32";
     bool elastic = false;
+    bool recompute = false;
     bool steps_given = false;
     gpt::elastic_command el;
 };
@@ -113,6 +117,8 @@ const char* usage_text =
     "                    --transport, --threads, --trace, --elastic and --slicer terapipe do not apply)\n"
     "  --precision P     with --device cuda: fp32 (default) or bf16 (bf16 storage, float master weights and\n"
     "                    sums; --check then compares within 3e-2, and --check-tol defaults to 3e-2)\n"
+    "  --recompute       activation recomputation: each unit keeps only its input to a stage and recomputes the\n"
+    "                    stage's forward in its backward (bitwise the same training; less memory, more time)\n"
     "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
@@ -195,6 +201,7 @@ options parse(int argc, char** argv)
         else if (f == "--device") o.device = value();
         else if (f == "--precision") o.precision = value();
         else if (f == "--untied") o.cfg.tied = false;
+        else if (f == "--recompute") o.recompute = true;
         else if (f == "--elastic") o.elastic = true;
         else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
         else if (f == "--alpha") o.el.opts.alpha = to_double(f, value());
@@ -242,6 +249,8 @@ options parse(int argc, char** argv)
         throw usage_error("--granularity applies to the TeraPipe planner (--slicer terapipe), not to --slicer " +
                           o.slicer);
     if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
+    if (o.recompute && (o.device != "cpu" || o.elastic))
+        throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
     if (o.device == "cuda") {
@@ -316,25 +325,45 @@ struct job {
     int first_replica() const { return replica < 0 ? 0 : replica; }
 };
 
-//! One data-parallel replica on this process: its weights, optimizer, pipeline and runner.
+//! One data-parallel replica on this process: the state of its stages here (stage-local:
+//! parameters, gradients and AdamW moments of those stages only), its pipeline and runner.
 struct replica {
     using pipe_t = tpipe::uniform_pipeline<gpt::stage<float>>;
     using local_runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
 
     int index;
-    gpt::parameters<float> params;
-    gpt::adamw<float> opt;
+    const options* o;
+    std::unique_ptr<gpt::stage_states<float>> state;
     std::unique_ptr<gpt::pipelined_model<float>> model;
     std::unique_ptr<local_runner_t> local_runner;
     std::vector<tpipe::thread_communicator> members;  // replicas on threads: one per stage
     std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp_threads;
 
     //! Every replica starts from the same weights (same seed); each draws its own batches.
-    replica(const options& o, int d) : index(d), params(init(o)), opt(params, {.lr = o.lr}) {}
+    replica(const options& opts, int d) : index(d), o(&opts) {}
 
     void build(int stages, int threads_per_part, const std::vector<bool>& here)
     {
-        model = std::make_unique<gpt::pipelined_model<float>>(params, stages, threads_per_part, std::vector<int>{}, here);
+        state = std::make_unique<gpt::stage_states<float>>(o->cfg, stages, std::vector<int>{}, here,
+                                                           gpt::adamw_options{.lr = o->lr}, o->seed);
+        model = std::make_unique<gpt::pipelined_model<float>>(o->cfg, state->pointers(), threads_per_part);
+    }
+    //! Whether the stages this replica and `other` both hold have the same weights, bitwise.
+    bool same_weights(const replica& other) const
+    {
+        for (int s = 0; s < state->stages(); ++s)
+            if (state->holds(s) && other.state->holds(s) && state->params(s).value != other.state->params(s).value)
+                return false;
+        return true;
+    }
+    //! FNV-1a of the weights of stage `stage` (-1: every stage here, in the whole model's order;
+    //! with every stage here, that of the whole model's flat vector), continued from `h`.
+    std::uint64_t fingerprint(std::uint64_t h, int stage = -1) const
+    {
+        auto add = [&](std::int64_t, std::span<const float> v) { h = gpt::fnv_update(h, v); };
+        if (stage < 0) state->each_tensor(false, add);
+        else state->each_tensor(stage, false, add);
+        return h;
     }
 
     //! The data stream of replica d (replica 0's is the stream of a run without replicas).
@@ -343,23 +372,16 @@ struct replica {
         return o.seed * 0x9E3779B97F4A7C15ULL + 7 + static_cast<std::uint64_t>(d) * 0xD1B54A32D192ED03ULL;
     }
 
-private:
-    static gpt::parameters<float> init(const options& o)
-    {
-        gpt::parameters<float> p(o.cfg);
-        p.init(o.seed);
-        return p;
-    }
 };
 
 #ifdef TPIPE_GPT_MPI
 //! train_gpt under mpirun: process d * P + r runs pipeline rank r of replica d.
 //!
-//! The optimizer step is replicated: after the run, the gradient vector is summed over the
-//! replica's pipeline ranks (each rank holds its stages' gradients and zeros elsewhere, so the
-//! sum is exact and the tied embedding gets its two halves), and every process steps the whole
-//! model, so that every process keeps the same weights, bitwise those of the same run on
-//! threads. (A sharded optimizer would step only the local stages.)
+//! Stage-local state: each process holds and steps its stages only. After the run, the
+//! replica's pipeline ranks sum (tpipe::mpi::communicator, rank-order fold) the tied gradient's
+//! shares (embedding + head) and the per-slot squares of the norm clip (each slot has one
+//! holder: the sum is exact), so every process clips with the same global norm, bitwise that
+//! of the same run on threads.
 class mpi_job {
 public:
     job where;
@@ -376,10 +398,9 @@ public:
         where.replica = where.process / P_;
         where.rank = where.process % P_;
         transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
-        tpipe::mpi::check(MPI_Comm_split(MPI_COMM_WORLD, where.replica, where.rank, &pipeline_), "MPI_Comm_split");
         replicas_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.rank, where.replica));
+        pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.replica, where.rank));
     }
-    ~mpi_job() { MPI_Comm_free(&pipeline_); }
 
     //! Process 0's TeraPipe plan (and its objective), on every process.
     tpipe::scheme share(const tpipe::scheme& mine, double& planned_T)
@@ -427,18 +448,40 @@ public:
         r.model->begin_step(b);
         stats = runner_->run(r.model->io());
         const double mine = r.model->finish_step();
-        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, r.params.grad.data(), static_cast<int>(r.params.grad.size()),
-                                        MPI_FLOAT, MPI_SUM, pipeline_),
-                          "MPI_Allreduce (gradients over the pipeline ranks)");
+        std::vector<float> tied = r.state->tied_share();
+        std::vector<double> squares = r.state->squares();
+        tpipe::sync_wait(over_pipeline(tied, squares));
+        r.state->set_tied(tied);
+        r.state->step(squares);
         double sum = 0;
         tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
         return sum / D_;
     }
 
-    //! Whether every process holds exactly these weights.
-    bool same_everywhere(const std::vector<float>& w)
+    //! FNV-1a of the replica's whole weights: stage by stage, the rank running each continues
+    //! the hash of the stages before it and hands it on.
+    std::string fingerprint(const replica& r, const tpipe::program& prog)
     {
-        const std::string mine = fnv_hex(w);
+        std::uint64_t h = gpt::fnv_offset_basis;
+        for (int s = 0; s < prog.stages(); ++s) {
+            const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+            if (owner == where.rank) h = r.fingerprint(h, s);
+            tpipe::sync_wait(broadcast_over_pipeline(h, owner));
+        }
+        return gpt::fnv_hex(h);
+    }
+    //! The replica's whole weights or gradients on every rank of its pipeline (for --check).
+    std::vector<float> whole(const replica& r, bool gradients)
+    {
+        std::vector<float> w = r.state->whole(gradients);  // zeros where other ranks hold the stages
+        std::vector<double> none;
+        tpipe::sync_wait(over_pipeline(w, none));
+        return w;
+    }
+
+    //! Whether every process has this weights fingerprint.
+    bool same_everywhere(const std::string& mine)
+    {
         std::string first = mine;  // process 0's, after the broadcast
         tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, MPI_COMM_WORLD),
                           "MPI_Bcast (weights fingerprint)");
@@ -448,15 +491,51 @@ public:
     }
 
 private:
+    tpipe::task<void> over_pipeline(std::vector<float>& tied, std::vector<double>& squares)
+    {
+        if (!tied.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<float>(tied));
+        if (!squares.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<double>(squares));
+    }
+    tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
+    {
+        co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
+    }
     using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
     int P_, D_;
     std::unique_ptr<tpipe::mpi::transport> transport_;
-    MPI_Comm pipeline_ = MPI_COMM_NULL;
-    std::unique_ptr<tpipe::mpi::communicator> replicas_;
+    std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
 };
 #endif
+
+//! The memory model's (tpipe/plan/memory_model.hpp) peak for this process: per stage here, fp32
+//! weights and gradients and AdamW's two moments (16 B a parameter) and every unit's activations
+//! alive at once, plus a fixed floor (docs/memory.md: the measured baseline RSS, thread stacks
+//! and BLAS buffers of train_gpt with a negligible model).
+double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<replica>>& reps,
+                            const tpipe::scheme& units)
+{
+    constexpr double floor_bytes = 24.0 * (1 << 20);
+    const tpipe::transformer_shape shape{.layers = o.cfg.layers, .hidden = o.cfg.d_model, .heads = o.cfg.heads,
+                                         .vocab = o.cfg.vocab};
+    double bytes = floor_bytes;
+    for (const auto& r : reps)
+        for (int s = 0; s < r->state->stages(); ++s) {
+            if (!r->state->holds(s)) continue;
+            const auto& held = r->state->params(s).lay.held;
+            // The CPU GPT's saves per layer, token and hidden unit: 16 floats from the forward
+            // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
+            // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
+            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = 8,
+                                     .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
+                                     .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
+                                     .input_bytes = 4};
+            const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), 1, o.cfg.seq_len, mo);
+            bytes += m.static_bytes() + m.all_alive_bytes(units);
+        }
+    return bytes;
+}
 
 //! --device cuda: the CUDA GPT (examples/gpt/cuda) under the same schedule, slicing and data.
 int train_on_cuda(const options& o, const std::string& text)
@@ -560,7 +639,9 @@ int train(const options& o)
         tpipe::json::object m;
         std::ostringstream said;
         if (speaks) {  // profiled by one process (timings differ between processes); the others get the plan
-            gpt::pipelined_model<float> whole(reps.front()->params, stages, threads_per_part);
+            gpt::parameters<float> whole_params(o.cfg);  // the whole model, for the profile only
+            whole_params.init(o.seed);
+            gpt::pipelined_model<float> whole(whole_params, stages, threads_per_part);
             std::uint64_t probe_rng = replica::data_seed(o, 0);  // replica 0's first batch
             const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
             const auto grid = gpt::gpt_profile_grid(o.batch, o.cfg.seq_len, g);
@@ -607,10 +688,9 @@ int train(const options& o)
         throw usage_error("schedule '" + o.schedule + "' cannot run " + describe(units) + " on " +
                           std::to_string(ranks) + " ranks: " + e.what());
     }
-    const auto& first_params = reps.front()->params;
     if (!o.json && speaks)
         std::cout << "model: " << o.cfg.layers << " layers, d_model " << o.cfg.d_model << ", " << o.cfg.heads
-                  << " heads, " << first_params.size() << " parameters; " << ranks << " rank(s), " << stages
+                  << " heads, " << gpt::layout(o.cfg).total << " parameters; " << ranks << " rank(s), " << stages
                   << " stage(s), schedule " << o.schedule << ", " << D << " replica(s) over " << o.transport << ", "
                   << threads_per_part << " thread(s) per stage\n"
                   << "units: " << describe(units) << "\n";
@@ -626,6 +706,7 @@ int train(const options& o)
         std::vector<bool> here(static_cast<std::size_t>(stages));
         for (int s = 0; s < stages; ++s) here[s] = where.runs(r->index, prog.stage_rank[s]);
         r->build(stages, threads_per_part, here);
+        r->model->set_recompute(o.recompute);
         tpipe::run_options opts = ro;
         if (!over_mpi) {
             for (int k = 0; k < ranks; ++k) opts.device_of_rank.push_back(r->index * ranks + k);
@@ -655,6 +736,13 @@ int train(const options& o)
         ref_opt = std::make_unique<gpt::adamw<float>>(*ref, gpt::adamw_options{.lr = o.lr});
     }
 
+    // The first replica's whole weights or gradients (--check), gathered from its stages.
+    auto whole_of = [&](bool gradients) {
+#ifdef TPIPE_GPT_MPI
+        if (mpi) return mpi->whole(*reps.front(), gradients);
+#endif
+        return reps.front()->state->whole(gradients);
+    };
     const double tokens_per_step = double(o.batch) * o.cfg.seq_len * D;
     double worst_loss = 0, elapsed = 0, first_loss = 0, last_loss = 0, first_grad_err = 0, first_loss_err = 0;
     bool replicas_identical = true;
@@ -685,9 +773,10 @@ int train(const options& o)
             loss = mpi->step(*reps.front(), batches[static_cast<std::size_t>(where.first_replica())], stats);
         }
 #endif
-        for (auto& r : reps) r->opt.step(r->params);
+        if (!over_mpi)
+            for (auto& r : reps) r->state->step();  // per stage, the norm over every stage (under MPI: in mpi->step)
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (auto& r : reps) replicas_identical = replicas_identical && r->params.value == first_params.value;
+        for (auto& r : reps) replicas_identical = replicas_identical && r->same_weights(*reps.front());
         elapsed += dt;
         iter_times.push_back(stats.time);
         if (!std::isfinite(loss))
@@ -706,7 +795,7 @@ int train(const options& o)
             worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
             if (step == 1) {  // same weights, same batch: the pure pipelined-equals-sequential check
                 first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
-                first_grad_err = gpt::relative_difference(first_params.grad, ref->grad);
+                first_grad_err = gpt::relative_difference(whole_of(true), ref->grad);
             }
         }
         const double tps = tokens_per_step * step / elapsed;
@@ -731,10 +820,13 @@ int train(const options& o)
                 std::cout << "\r\033[K" << buf << std::flush;
         }
     }
+    std::string weights_fnv = gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
 #ifdef TPIPE_GPT_MPI
-    if (mpi) replicas_identical = mpi->same_everywhere(first_params.value) && replicas_identical;
+    if (mpi) {
+        weights_fnv = mpi->fingerprint(*reps.front(), prog);
+        replicas_identical = mpi->same_everywhere(weights_fnv) && replicas_identical;
+    }
 #endif
-    const auto& params = first_params;
     if (!o.trace.empty() && speaks) {
         std::ofstream tr(o.trace);
         if (!tr) {
@@ -758,7 +850,9 @@ int train(const options& o)
                                 {"dp", D},
                                 {"transport", o.transport},
                                 {"replicas_identical", replicas_identical},
-                                {"weights_fnv", fnv_hex(params.value)},
+                                {"weights_fnv", weights_fnv},
+                                {"recompute", o.recompute},
+                                {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units)},
                                 {"units", describe(units)}};
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;
@@ -766,7 +860,8 @@ int train(const options& o)
     }
     int status = 0;
     if (ref) {
-        const double werr = gpt::relative_difference(params.value, ref->value);
+        const std::vector<float> final_weights = whole_of(false);
+        const double werr = gpt::relative_difference(final_weights, ref->value);
         const bool ok = first_loss_err <= 1e-5 && first_grad_err <= 1e-5 && worst_loss <= o.check_tol &&
                         werr <= o.check_tol;
         summary["check_step1_loss_rel"] = first_loss_err;
@@ -777,8 +872,8 @@ int train(const options& o)
         {  // which tensor drifted most (diagnostics)
             double worst_t = -1;
             std::string name;
-            for (const auto& t : params.lay.tensors) {
-                const std::vector<float> a(params.value.begin() + t.offset, params.value.begin() + t.offset + t.size());
+            for (const auto& t : ref->lay.tensors) {
+                const std::vector<float> a(final_weights.begin() + t.offset, final_weights.begin() + t.offset + t.size());
                 const std::vector<float> b(ref->value.begin() + t.offset, ref->value.begin() + t.offset + t.size());
                 const double e = gpt::relative_difference(a, b);
                 if (e > worst_t) worst_t = e, name = t.name;

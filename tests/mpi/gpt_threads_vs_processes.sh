@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The reference GPT trained over MPI processes equals the same training on threads: same loss
-# and bitwise-equal final weights (weights_fnv), and --check passes in both (D replicas of batch
+# and bitwise-equal final weights (weights_fnv; each process holds its stages only, the
+# fingerprint runs over the pipeline's ranks in order), and --check passes in both (D replicas of batch
 # B match one replica of batch D*B within --check-tol; replicas bitwise identical).
 #   gpt_threads_vs_processes.sh MPIEXEC "FLAGS" TRAIN_GPT
 set -u
@@ -21,5 +22,7 @@ done <<'CONFIGS'
 4 --stages 2 --dp 2 --schedule interleaved
 2 --stages 1 --dp 2 --schedule gpipe --slicer microbatch:2
 2 --stages 2 --schedule terapipe-gpipe --slicer tokens:16,8,8
+2 --stages 2 --schedule 1f1b --untied
+4 --stages 4 --schedule zb-h1 --recompute
 CONFIGS
 exit $status

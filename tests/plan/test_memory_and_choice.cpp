@@ -90,6 +90,28 @@ TEST_CASE("memory model: the stated closed forms", "[plan][memory]")
     CHECK(m.all_alive_bytes(plan_of({1, 1, 1}, {1, 1, 1, 1}, 8, 4, L).scheme()) == Approx(least));
 }
 
+TEST_CASE("memory model: recomputation and the process floor", "[plan][memory]")
+{
+    const int tp = 2, layers = 3;
+    const std::int64_t L = 32, H = tiny.hidden;
+    const tpipe::memory_model kept(tiny, layers, tp, L);
+    const tpipe::memory_model rc(tiny, layers, tp, L, {.recompute = true, .input_bytes = 4, .floor_bytes = 1e6});
+    CHECK(rc.static_bytes() == Approx(kept.static_bytes() + 1e6));
+    // A unit keeps its stage input only; its full saves are the model's without recomputation.
+    CHECK(rc.unit_bytes(2, 8, 16) == Approx(2.0 * 8 * H / tp * 4));
+    CHECK(rc.full_unit_bytes(2, 8, 16) == Approx(kept.unit_bytes(2, 8, 16)));
+    // Every unit alive: the inputs, the K/V, and the largest unit's recomputed saves once.
+    const auto p = plan_of({2, 1}, {1, 3}, 8, 4, L);
+    const double inputs = rc.unit_bytes(2, 8, 0) + rc.unit_bytes(2, 24, 8) + rc.unit_bytes(1, 8, 0) + rc.unit_bytes(1, 24, 8);
+    CHECK(rc.all_alive_bytes(p.scheme()) ==
+          Approx(inputs + rc.kv_bytes(2) + rc.kv_bytes(1) + rc.kv_bytes(2) + kept.unit_bytes(2, 24, 8)));
+    CHECK(rc.all_alive_bytes(p.scheme()) < kept.all_alive_bytes(p.scheme()));
+    const double least = rc.least_all_alive_bytes(3, 8);
+    for (const auto& rows : tpipe::test::row_partitions(3))
+        for (const auto& cut : tpipe::test::compositions(4))
+            CHECK(rc.all_alive_bytes(plan_of(rows, cut, 8, 4, L).scheme()) >= least * (1 - 1e-12));
+}
+
 TEST_CASE("simulated activation peaks in bytes agree with the simulator's unit counts", "[plan][memory][sim]")
 {
     // Without attention scores and K/V every unit of a uniform cut weighs the same, so the byte

@@ -60,8 +60,10 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
                      memory of one device, e.g. 16GiB, 14GB, 80e9 (analytic models: the stage's
                      weights, gradients, fp32 master and Adam state, 16 B per parameter, plus its
                      activations and K/V, docs/planner.md "Memory"). Plans that do not fit are
-                     refused: the best fitting shared cut of the DP's microbatches is taken, and
-                     if none fits, an error names the least need
+                     refused: the best fitting shared cut of the DP's microbatches is taken; if
+                     none fits, activation recomputation (each unit keeps only its stage input) is
+                     tried and, when a plan then fits, used and printed; else an error names the
+                     least need
   --schedule NAME    choose among the near-optimal plans by the simulated makespan of this
                      schedule (one stage per rank: terapipe-1f1b, terapipe-gpipe, gpipe, 1f1b,
                      zb-h1), with the analytic model's link as a resource of its own (sends do
@@ -199,8 +201,20 @@ int run_slice(tpipe::cli::args& a)
     };
     // With a budget, the objective's own schedule (every unit alive on the first stage) must fit.
     bool memory_fallback = false; // the fitting plan is the best fitting uniform cut, not certified
+    bool recompute = false;  // chosen because no plan fits without it
     if (has_budget && !schedule) {
-        const auto fit = tpipe::fit_in_memory(model, problem, dp_plan, *memory, budget);
+        auto fit = tpipe::fit_in_memory(model, problem, dp_plan, *memory, budget);
+        if (!fit.fits) {
+            auto o = memory->options();
+            o.recompute = true;
+            const tpipe::memory_model with(*analytic, problem.seq_len, o);
+            auto again = tpipe::fit_in_memory(model, problem, dp_plan, with, budget);
+            if (again.fits) {
+                memory.emplace(with);
+                fit = std::move(again);
+                recompute = true;
+            }
+        }
         const std::string least = bytes(fit.least_bytes) + " (" + bytes(memory->static_bytes()) +
                                   " static, microbatches of 1 row, slices of " + std::to_string(problem.granularity) +
                                   " tokens)";
@@ -260,6 +274,7 @@ int run_slice(tpipe::cli::args& a)
                                                 {"bytes_per_parameter", memory->options().bytes_per_parameter()},
                                                 {"all_alive_activation_bytes", memory->all_alive_bytes(plan.scheme())},
                                                 {"peak_bytes", all_alive(plan)},
+                                                {"recompute", memory->options().recompute},
                                                 {"budget_bytes", has_budget ? tpipe::json::value(budget) : nullptr}};
         if (choice) {
             auto candidate = [&](const tpipe::scheduled_plan& c) {
@@ -337,6 +352,9 @@ int run_slice(tpipe::cli::args& a)
                   << " (" << memory->parameters() << " parameters x " << memory->options().bytes_per_parameter()
                   << " B: fp16 weights and gradients, fp32 master, Adam) + activations "
                   << bytes(memory->all_alive_bytes(plan.scheme())) << " (every unit alive: GPipe's first stage)\n";
+        if (recompute)
+            std::cout << "recompute         on: no plan fits without it; each unit keeps its stage input and "
+                         "recomputes its forward in the backward (the K/V cache is kept)\n";
     }
     if (choice) {
         const auto& dp = choice->candidates.front();

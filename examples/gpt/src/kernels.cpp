@@ -508,10 +508,15 @@ void adamw_update(std::int64_t count, const adamw_coefficients& c, const T* grad
 template <class T>
 double sum_of_squares(std::int64_t count, const T* x)
 {
-    double s = 0;
-#pragma omp simd reduction(+ : s)
-    for (std::int64_t i = 0; i < count; ++i) s += double(x[i]) * double(x[i]);
-    return s;
+    // Eight partial sums by index mod 8, combined in a fixed tree: the bits depend on the values
+    // and their order only, not on where the vector starts in memory (an `omp simd` reduction
+    // may peel for alignment), so a stage's slice sums as the whole model's vector does.
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::int64_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        for (int k = 0; k < 8; ++k) acc[k] += double(x[i + k]) * double(x[i + k]);
+    for (int k = 0; i < count; ++i, ++k) acc[k] += double(x[i]) * double(x[i]);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
 #define GPT_INSTANTIATE(T)                                                                                           \

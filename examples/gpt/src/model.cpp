@@ -22,40 +22,56 @@ void config::validate() const
     if (!(ln_eps > 0)) bad("ln_eps must be > 0");
 }
 
-layout::layout(const config& c)
+layout::layout(const config& c) : layout(c, holding{}) {}
+
+layout::layout(const config& c, const holding& h) : held(h)
 {
     c.validate();
+    if (held.layer_end < 0) held.layer_end = c.layers;
+    if (held.layer_begin < 0 || held.layer_begin > held.layer_end || held.layer_end > c.layers)
+        throw std::invalid_argument("gpt::layout: layers [" + std::to_string(held.layer_begin) + ", " +
+                                    std::to_string(held.layer_end) + ") are not inside the model's " +
+                                    std::to_string(c.layers));
     const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff();
-    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay) {
-        tensor_info t{std::move(name), total, std::move(shape), decay};
+    std::int64_t global = 0;
+    // Every tensor in the whole model's order; the held ones get storage here.
+    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, int slot, bool keep) {
+        tensor_info t{std::move(name), keep ? total : -1, std::move(shape), decay, global, false, slot};
+        global += t.size();
+        if (!keep) return std::int64_t{-1};
         total += t.size();
         tensors.push_back(t);
         return t.offset;
     };
-    wte = add("wte", {V, d}, true);
-    wpe = add("wpe", {L, d}, true);
+    const bool copy = c.tied && held.last && !held.first;  // the tied head's copy of the embedding
+    wte = add("wte", {V, d}, true, 0, held.first || copy);
+    if (copy) tensors.back().tied_copy = true;
+    wpe = add("wpe", {L, d}, true, 0, held.first);
     for (int l = 0; l < c.layers; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
+        const bool keep = l >= held.layer_begin && l < held.layer_end;
+        const int slot = 1 + l;
         block b{};
-        b.begin = total;
-        b.ln1_g = add(p + "ln1.g", {d}, false);
-        b.ln1_b = add(p + "ln1.b", {d}, false);
-        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true);
-        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false);
-        b.w_o = add(p + "attn.w_o", {d, d}, true);
-        b.b_o = add(p + "attn.b_o", {d}, false);
-        b.ln2_g = add(p + "ln2.g", {d}, false);
-        b.ln2_b = add(p + "ln2.b", {d}, false);
-        b.w_fc = add(p + "mlp.w_fc", {d, F}, true);
-        b.b_fc = add(p + "mlp.b_fc", {F}, false);
-        b.w_proj = add(p + "mlp.w_proj", {F, d}, true);
-        b.b_proj = add(p + "mlp.b_proj", {d}, false);
-        b.end = total;
+        b.begin = keep ? total : -1;
+        b.ln1_g = add(p + "ln1.g", {d}, false, slot, keep);
+        b.ln1_b = add(p + "ln1.b", {d}, false, slot, keep);
+        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true, slot, keep);
+        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false, slot, keep);
+        b.w_o = add(p + "attn.w_o", {d, d}, true, slot, keep);
+        b.b_o = add(p + "attn.b_o", {d}, false, slot, keep);
+        b.ln2_g = add(p + "ln2.g", {d}, false, slot, keep);
+        b.ln2_b = add(p + "ln2.b", {d}, false, slot, keep);
+        b.w_fc = add(p + "mlp.w_fc", {d, F}, true, slot, keep);
+        b.b_fc = add(p + "mlp.b_fc", {F}, false, slot, keep);
+        b.w_proj = add(p + "mlp.w_proj", {F, d}, true, slot, keep);
+        b.b_proj = add(p + "mlp.b_proj", {d}, false, slot, keep);
+        b.end = keep ? total : -1;
         blocks.push_back(b);
     }
-    lnf_g = add("lnf.g", {d}, false);
-    lnf_b = add("lnf.b", {d}, false);
-    head = c.tied ? wte : add("head", {V, d}, true);
+    lnf_g = add("lnf.g", {d}, false, c.layers + 1, held.last);
+    lnf_b = add("lnf.b", {d}, false, c.layers + 1, held.last);
+    head = c.tied ? wte : add("head", {V, d}, true, c.layers + 1, held.last);
+    if (!held.last) head = -1;
     tied = c.tied;
 }
 
@@ -65,6 +81,7 @@ std::int64_t layout::frozen_end(int frozen) const
         throw std::invalid_argument("gpt: cannot freeze " + std::to_string(frozen) + " layers of " +
                                     std::to_string(blocks.size()));
     if (frozen == 0) return 0;
+    if (!whole()) throw std::invalid_argument("gpt: freezing works on the whole model's layout, not a stage's");
     if (tied)
         throw std::invalid_argument("gpt: freezing layers freezes the embedding, which the tied LM head shares; "
                                     "use an untied head (config::tied = false, train_gpt --untied)");
@@ -72,8 +89,13 @@ std::int64_t layout::frozen_end(int frozen) const
 }
 
 template <class T>
-parameters<T>::parameters(const config& c)
-    : cfg(c), lay(c), value(static_cast<std::size_t>(lay.total)), grad(static_cast<std::size_t>(lay.total))
+parameters<T>::parameters(const config& c) : parameters(c, holding{})
+{
+}
+
+template <class T>
+parameters<T>::parameters(const config& c, const holding& h)
+    : cfg(c), lay(c, h), value(static_cast<std::size_t>(lay.total)), grad(static_cast<std::size_t>(lay.total))
 {
 }
 
@@ -98,15 +120,19 @@ void parameters<T>::init(std::uint64_t seed)
 {
     std::uint64_t s = seed * 0x2545F4914F6CDD1DULL + 1;
     const double proj_std = 0.02 / std::sqrt(2.0 * std::max(1, cfg.layers));
-    for (const auto& t : lay.tensors) {
-        T* p = value.data() + t.offset;
+    // The whole model's draws in its order, so that every stage gets the whole model's values.
+    const layout whole(cfg);
+    auto mine = lay.tensors.begin();
+    for (const auto& t : whole.tensors) {
+        const bool held = mine != lay.tensors.end() && mine->global_offset == t.global_offset;
+        T* p = held ? value.data() + mine->offset : nullptr;
+        if (held) ++mine;
         const bool is_gain = t.name.size() >= 2 && t.name.substr(t.name.size() - 2) == ".g";
         const bool is_proj = t.name.find("w_o") != std::string::npos || t.name.find("w_proj") != std::string::npos;
         for (std::int64_t i = 0; i < t.size(); ++i) {
-            if (t.shape.size() == 2)
-                p[i] = static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02));
-            else
-                p[i] = is_gain ? T(1) : T(0);
+            const T x = t.shape.size() == 2 ? static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02))
+                                            : is_gain ? T(1) : T(0);
+            if (p) p[i] = x;
         }
     }
     zero_grad();
@@ -141,6 +167,7 @@ struct part<T>::impl {
         std::vector<layer_saved> layers;
         std::vector<T> dx0;                                       // first: grad of embedding output
         std::vector<T> xh, xf, meanf, rstdf, dlogits, dxf;        // last: head
+        std::vector<T> input;  // under recompute: the unit's input to the part (not the first)
         bool input_done = false;
     };
 
@@ -160,6 +187,7 @@ struct part<T>::impl {
     std::vector<typename unit_map::node_type> spare_units;
     std::vector<std::vector<T>> spare_buffers;  // activations and gradients that came back
     std::vector<T> dattn, attn_scratch;         // backward temporaries
+    std::vector<std::vector<layer_saved>> spare_layers;  // under recompute: layers' saves not in use
     static constexpr std::size_t max_spare_buffers = 16;
 
     //! The map entry for `key`, a recycled node when there is one (its value keeps its buffers).
@@ -202,10 +230,24 @@ struct part<T>::impl {
     {
         auto& us = reuse(units, spare_units, key)->second;
         us.input_done = false;
-        us.layers.resize(static_cast<std::size_t>(layers));
+        take_layers(us, layers);
         return us;
     }
     void retire(typename unit_map::iterator it) { spare_units.push_back(units.extract(it)); }
+    //! The unit's per-layer saves: its own, else a spare set (recompute hands them around).
+    void take_layers(unit_saved& us, int layers)
+    {
+        if (us.layers.empty() && !spare_layers.empty()) {
+            us.layers = std::move(spare_layers.back());
+            spare_layers.pop_back();
+        }
+        us.layers.resize(static_cast<std::size_t>(layers));
+    }
+    void give_layers(unit_saved& us)
+    {
+        spare_layers.push_back(std::move(us.layers));
+        us.layers.clear();
+    }
     void retire_all()
     {
         while (!mbs.empty()) retire(mbs.begin());
@@ -236,6 +278,13 @@ part<T>::part(parameters<T>& params, int layer_begin, int layer_end, bool first,
     if (layer_begin < 0 || layer_end < layer_begin || layer_end > params.cfg.layers)
         refuse("layer range [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) +
                ") is not inside [0, " + std::to_string(params.cfg.layers) + ")");
+    const holding& h = params.lay.held;
+    if ((layer_end > layer_begin && (layer_begin < h.layer_begin || layer_end > h.layer_end)) || (first && !h.first) ||
+        (last && !h.last))
+        refuse("the part (layers [" + std::to_string(layer_begin) + ", " + std::to_string(layer_end) + ")" +
+               (first ? ", embeddings" : "") + (last ? ", head" : "") + ") needs parameters its state does not hold " +
+               "(layers [" + std::to_string(h.layer_begin) + ", " + std::to_string(h.layer_end) + ")" +
+               (h.first ? ", embeddings" : "") + (h.last ? ", head" : "") + ")");
     if (last && params.cfg.tied)
         impl_->head_grad.assign(static_cast<std::size_t>(params.cfg.vocab) * params.cfg.d_model, T(0));
 }
@@ -304,52 +353,39 @@ void part<T>::flush_grad()
 }
 
 template <class T>
-activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
+std::vector<T> part<T>::embed(const tpipe::unit& u)
 {
     impl& I = *impl_;
     const config& cfg = params_->cfg;
-    if (!I.data) refuse("forward() before begin()");
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, d = cfg.d_model, Lb = B.seq_len;
+    const T* W = params_->value.data();
+    std::vector<T> x = I.take_buffer(static_cast<std::size_t>(rows * s * d));
+    const T* wte = W + params_->lay.wte;
+    const T* wpe = W + params_->lay.wpe;
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < s; ++i) {
+            const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
+            if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
+            T* xi = x.data() + (r * s + i) * d;
+            for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
+        }
+    return x;
+}
+
+template <class T>
+void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
     const std::int64_t n = rows * s;
-    if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
-    // Per-microbatch state: created by the first slice, which must start at token 0.
-    auto it = I.mbs.find(u.microbatch);
-    if (t0 == 0) {
-        if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
-        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
-    } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
-               it->second.rows != rows) {
-        refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
-               std::to_string(t1) + ") out of causal order (its earlier tokens must go first, same rows)");
-    }
-    auto& mb = it->second;
-    mb.forwarded = t1;
-    auto& us = I.new_unit({u.microbatch, u.slice}, l1_ - l0_);
-
+    auto& mb = I.mbs.at(u.microbatch);
+    auto& us = I.units.at({u.microbatch, u.slice});
     const T* W = params_->value.data();
     thread_pool& pool = *pool_;
-    std::vector<T> x;
-    if (first_) {
-        x = I.take_buffer(static_cast<std::size_t>(n * d));
-        const T* wte = W + params_->lay.wte;
-        const T* wpe = W + params_->lay.wpe;
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t i = 0; i < s; ++i) {
-                const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
-                if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
-                T* xi = x.data() + (r * s + i) * d;
-                for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
-            }
-    } else {
-        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
-            refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
-                   std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
-                   std::to_string(s) + "," + std::to_string(d) + "]");
-        x = std::move(in.data);
-    }
-
     const attention_shape shape{rows, H, dh, s, t0, Lb};
     for (int l = l0_; l < l1_; ++l) {
         const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)];
@@ -390,6 +426,49 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
         gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
         add_bias_residual(pool, n, d, W + bl.b_proj, sv.xmid.data(), x.data());
     }
+
+}
+
+template <class T>
+activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
+{
+    impl& I = *impl_;
+    const config& cfg = params_->cfg;
+    if (!I.data) refuse("forward() before begin()");
+    const batch& B = *I.data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len;
+    const std::int64_t n = rows * s;
+    if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
+    // Per-microbatch state: created by the first slice, which must start at token 0.
+    auto it = I.mbs.find(u.microbatch);
+    if (t0 == 0) {
+        if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
+        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
+    } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
+               it->second.rows != rows) {
+        refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
+               std::to_string(t1) + ") out of causal order (its earlier tokens must go first, same rows)");
+    }
+    auto& mb = it->second;
+    mb.forwarded = t1;
+    auto& us = I.new_unit({u.microbatch, u.slice}, l1_ - l0_);
+
+    const T* W = params_->value.data();
+    thread_pool& pool = *pool_;
+    std::vector<T> x;
+    if (first_) {
+        x = embed(u);
+    } else {
+        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
+            refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
+                   std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
+                   std::to_string(s) + "," + std::to_string(d) + "]");
+        x = std::move(in.data);
+        if (recompute_) us.input.assign(x.begin(), x.end());  // all the unit keeps until its backward
+    }
+    forward_blocks(u, x);
+    if (recompute_) I.give_layers(us);  // recomputed in the backward
 
     if (!last_) return activation<T>{rows, s, std::move(x)};
 
@@ -439,6 +518,15 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     us.input_done = true;
     const T* W = params_->value.data();
     thread_pool& pool = *pool_;
+    if (recompute_) {
+        // The part's forward again from the kept input: the same inputs, weights and kernels, so
+        // bitwise the same saves (and the same K/V of the unit's tokens, written again).
+        I.take_layers(us, l1_ - l0_);
+        std::vector<T> x = first_ ? embed(u) : I.take_buffer(us.input.size());
+        if (!first_) std::copy(us.input.begin(), us.input.end(), x.begin());
+        forward_blocks(u, x);
+        I.give_buffer(std::move(x));
+    }
 
     std::vector<T> dx;
     if (last_) {
@@ -554,6 +642,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
                 }
             }
     }
+    if (recompute_) I.give_layers(us);
     I.retire(uit);
 }
 
@@ -627,16 +716,56 @@ void adamw<T>::freeze(std::int64_t end)
 }
 
 template <class T>
+std::vector<double> adamw<T>::squares(const parameters<T>& p) const
+{
+    std::vector<double> out;
+    squares_into(p, out);
+    return out;
+}
+
+template <class T>
+void adamw<T>::squares_into(const parameters<T>& p, std::vector<double>& out) const
+{
+    // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
+    // leaving them out changes no bit. A slot's tensors are contiguous in the flat vector.
+    out.assign(static_cast<std::size_t>(norm_slots(p.cfg)), 0.0);
+    const auto& ts = p.lay.tensors;
+    for (std::size_t i = 0; i < ts.size();) {
+        std::size_t j = i;
+        while (j < ts.size() && ts[j].slot == ts[i].slot && ts[j].tied_copy == ts[i].tied_copy) ++j;
+        const std::int64_t b = std::max(ts[i].offset, frozen_), e = ts[j - 1].offset + ts[j - 1].size();
+        if (!ts[i].tied_copy && e > b) out[static_cast<std::size_t>(ts[i].slot)] = sum_of_squares(e - b, p.grad.data() + b);
+        i = j;
+    }
+}
+
+template <class T>
 void adamw<T>::step(parameters<T>& p)
+{
+    squares_into(p, scratch_);  // a member: the steady state allocates nothing
+    step(p, scratch_);
+}
+
+template <class T>
+void adamw<T>::step(parameters<T>& p, const std::vector<double>& all_squares)
+{
+    if (static_cast<int>(all_squares.size()) != norm_slots(p.cfg))
+        throw std::invalid_argument("adamw::step: " + std::to_string(all_squares.size()) + " sums of squares, one per "
+                                    "norm slot needs " + std::to_string(norm_slots(p.cfg)));
+    double sum = 0;
+    for (double x : all_squares) sum += x;  // slot order: the same bits for every cut into stages
+    update(p, std::sqrt(sum));
+}
+
+template <class T>
+void adamw<T>::update(parameters<T>& p, double norm)
 {
     ++t_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-    // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
-    // leaving them out of the norm changes no bit.
     const T* grad = p.grad.data() + frozen_;
     T* value = p.value.data() + frozen_;
-    norm_ = std::sqrt(sum_of_squares(m_.size(), grad));
+    norm_ = norm;
     const double clip = o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0;
     const adamw_coefficients c{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, clip, o_.lr / bc1,
                                1.0 / std::sqrt(bc2)};

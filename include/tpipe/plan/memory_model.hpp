@@ -20,6 +20,15 @@
 // backward, and the microbatch being back-propagated has a K/V gradient buffer of the same size
 // (later slices add their gradient into earlier K/V). This counts the slice's own K and V,
 // already inside eq. 2's 24/tp term, a second time: a conservative overestimate.
+//
+// Activation recomputation (`recompute`): a unit keeps only its stage input (b s H x
+// input_bytes) from its forward to its backward, which recomputes the stage's forward first; the
+// K/V cache is kept (earlier tokens' context is not recomputed). At the peak one unit's full
+// activations are alive again: the largest unit's, counted once.
+//
+// A fixed floor per process (`floor_bytes`): what a process holds before any model state: its
+// baseline RSS (binary, libraries, allocator), thread stacks and BLAS buffers. Measured, not
+// derived (docs/memory.md); 0 by default.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,6 +52,9 @@ struct memory_options {
     double score_bytes = 5;           //!< per attention score (query x key x head): scores, softmax, dropout mask
     double cache_bytes = 2;           //!< per K/V element (fp16)
     bool embedding = true;            //!< the stage holds the embedding (the first stage, also the fullest)
+    bool recompute = false;           //!< keep only each unit's stage input; recompute its forward in the backward
+    double input_bytes = 2;           //!< per token and hidden unit of a unit's stage input, kept under recompute
+    double floor_bytes = 0;           //!< per process: baseline RSS, thread stacks, BLAS buffers (measured)
 
     double bytes_per_parameter() const { return weight_bytes + gradient_bytes + master_bytes + optimizer_bytes; }
 };
@@ -94,11 +106,20 @@ public:
         const double embedding = opt_.embedding ? static_cast<double>(shape_.vocab + seq_len_) * H / t : 0;
         return layers_ * per_layer + embedding;
     }
-    //! Weights, gradients, master weights and optimizer state.
-    double static_bytes() const { return parameters() * opt_.bytes_per_parameter(); }
+    //! Weights, gradients, master weights and optimizer state, and the process's fixed floor.
+    double static_bytes() const { return parameters() * opt_.bytes_per_parameter() + opt_.floor_bytes; }
 
-    //! Saved activations of one unit on this stage.
+    //! Activations one unit keeps from its forward to its backward on this stage: every layer's
+    //! (full_unit_bytes), or under recompute only its stage input.
     double unit_bytes(std::int64_t b, std::int64_t s, std::int64_t c) const
+    {
+        if (opt_.recompute)
+            return static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(shape_.hidden) / tp_ *
+                   opt_.input_bytes;
+        return full_unit_bytes(b, s, c);
+    }
+    //! Saved activations of one unit on this stage, every layer's (without recomputation).
+    double full_unit_bytes(std::int64_t b, std::int64_t s, std::int64_t c) const
     {
         const double B = static_cast<double>(b), S = static_cast<double>(s), C = static_cast<double>(c);
         const double H = static_cast<double>(shape_.hidden), t = tp_;
@@ -118,7 +139,7 @@ public:
     //! K/V gradient of the largest microbatch.
     double all_alive_bytes(const scheme& units) const
     {
-        double bytes = 0, largest = 0;
+        double bytes = 0, largest = 0, transient = 0;
         for (int m = 0; m < units.microbatches(); ++m) {
             const auto rows = units.at(m, 0).rows();
             bytes += kv_bytes(rows);
@@ -127,8 +148,9 @@ public:
         for (int i = 0; i < units.units(); ++i) {
             const unit u = units.at(i);
             bytes += unit_bytes(u.rows(), u.tokens(), u.context());
+            if (opt_.recompute) transient = std::max(transient, full_unit_bytes(u.rows(), u.tokens(), u.context()));
         }
-        return bytes + largest;
+        return bytes + largest + transient;
     }
 
     //! The least all_alive_bytes of any plan of `batch` rows at granularity g: microbatches of
@@ -136,9 +158,12 @@ public:
     //! (the fewest attention scores).
     double least_all_alive_bytes(std::int64_t batch, std::int64_t g) const
     {
-        double one_row = kv_bytes(1);
-        for (std::int64_t c = 0; c < seq_len_; c += g) one_row += unit_bytes(1, g, c);
-        return static_cast<double>(batch) * one_row + kv_bytes(1);
+        double one_row = kv_bytes(1), transient = 0;
+        for (std::int64_t c = 0; c < seq_len_; c += g) {
+            one_row += unit_bytes(1, g, c);
+            if (opt_.recompute) transient = std::max(transient, full_unit_bytes(1, g, c));
+        }
+        return static_cast<double>(batch) * one_row + kv_bytes(1) + transient;
     }
 
 private:

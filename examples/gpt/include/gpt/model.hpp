@@ -49,6 +49,9 @@ struct tensor_info {
     std::int64_t offset = 0;
     std::vector<std::int64_t> shape;
     bool decay = false;   //!< AdamW weight decay applies (matrices and embeddings)
+    std::int64_t global_offset = 0;  //!< where it lies in the whole model's flat vector
+    bool tied_copy = false;          //!< the last stage's copy of the embedding, its tied LM head
+    int slot = 0;                    //!< its norm-clip slot (see norm_slots)
     std::int64_t size() const
     {
         std::int64_t n = 1;
@@ -57,8 +60,23 @@ struct tensor_info {
     }
 };
 
+//! What one stage's state holds: layers [layer_begin, layer_end), the embeddings when `first`,
+//! the final LayerNorm and the LM head when `last` (a tied head: a copy of the embedding).
+//! layer_end < 0: every layer. The default holds the whole model.
+struct holding {
+    int layer_begin = 0, layer_end = -1;
+    bool first = true, last = true;
+};
+
+//! The norm-clip slots: 0 the embeddings, 1 + l block l, layers + 1 the final LayerNorm and
+//! an untied head. Sums of squares are kept per slot and folded in slot order, so the global
+//! norm has the same bits however the model is cut into stages.
+inline int norm_slots(const config& c) { return c.layers + 2; }
+
 //! Offsets of every parameter in the flat vector. Weight matrices are stored [in, out] (y = x W + b),
 //! except the embeddings/head, which are [vocab, d] and [seq_len, d].
+//! A layout for a `holding` keeps the held tensors only, in the whole model's order, at offsets
+//! of their own flat vector; the offsets of what it does not hold are -1.
 struct layout {
     struct block {
         std::int64_t ln1_g, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_g, ln2_b, w_fc, b_fc, w_proj, b_proj;
@@ -70,17 +88,22 @@ struct layout {
     std::int64_t total = 0;
 
     explicit layout(const config& c);
+    //! The tensors of `h` only. Throws std::invalid_argument for a layer range outside the model.
+    layout(const config& c, const holding& h);
     layout() = default;
+    gpt::holding held;   //!< what this layout holds (resolved: layer_end >= 0)
+    bool whole() const { return held.first && held.last && held.layer_begin == 0 && held.layer_end == static_cast<int>(blocks.size()); }
 
     //! End of the parameters a frozen prefix of `frozen` layers holds: the embeddings and blocks
     //! [0, frozen) are the flat range [0, frozen_end(frozen)) (0 for none). Throws
     //! std::invalid_argument past the layer count, or when the LM head is tied to the embedding
-    //! (freezing it would freeze the head, which always trains).
+    //! (freezing it would freeze the head, which always trains), or on a layout of part of the model.
     std::int64_t frozen_end(int frozen) const;
     bool tied = true;
 };
 
-//! Flat parameter values and gradients.
+//! Flat parameter values and gradients: of the whole model, or of what one stage holds
+//! (stage-local state: a process allocates only its stages' parameters).
 template <class T>
 struct parameters {
     config cfg;
@@ -88,7 +111,9 @@ struct parameters {
     std::vector<T> value, grad;
 
     explicit parameters(const config& c);
+    parameters(const config& c, const holding& h);
     //! GPT-2 style initialisation: N(0, 0.02), projections into the residual scaled by 1/sqrt(2 layers).
+    //! A stage's parameters get the values of the whole model's (the draws of the rest are skipped).
     void init(std::uint64_t seed);
     void zero_grad();
     std::int64_t size() const { return lay.total; }
@@ -154,6 +179,15 @@ public:
     //! tied head's private accumulator). Data parallelism all-reduces these.
     std::vector<std::span<T>> gradients();
 
+    //! Activation recomputation: a unit keeps only its input to this part from its forward to its
+    //! backward, which recomputes the part's forward first: the same inputs, weights and kernels,
+    //! so bitwise the same gradients. The K/V cache of a microbatch's earlier tokens is kept, not
+    //! recomputed: it is the context later slices attend to, and every slice's backward needs it
+    //! (recomputing it would redo the forward of all earlier slices). The last part keeps its
+    //! head's saves (the softmax gradient: the loss is not computed twice).
+    void set_recompute(bool on) { recompute_ = on; }
+    bool recompute() const { return recompute_; }
+
     bool first() const { return first_; }
     bool last() const { return last_; }
     int layer_begin() const { return l0_; }
@@ -162,6 +196,8 @@ public:
     parameters<T>& params() { return *params_; }
 
 private:
+    std::vector<T> embed(const tpipe::unit& u);
+    void forward_blocks(const tpipe::unit& u, std::vector<T>& x);
     struct impl;
     std::unique_ptr<impl> impl_;
     parameters<T>* params_;
@@ -169,6 +205,7 @@ private:
     bool first_, last_;
     std::unique_ptr<thread_pool> pool_;
     double loss_ = 0;
+    bool recompute_ = false;
 };
 
 //! Runs one whole iteration on a single part holding the whole model, as one unit (the
@@ -209,8 +246,19 @@ public:
     //! Global gradient norm seen by the last step (before clipping).
     double last_grad_norm() const { return norm_; }
 
+    //! Stage-local state: the sums of squares of p's active gradients per norm slot
+    //! (norm_slots(cfg) of them; 0 for slots p does not hold, and for a tied copy of the
+    //! embedding). Each slot has one holder, so adding the stages' vectors is exact in any order.
+    std::vector<double> squares(const parameters<T>& p) const;
+    //! A step whose clip uses the global norm of `all_squares`, the squares of every stage
+    //! summed (folded in slot order: the same bits for every cut of the model).
+    void step(parameters<T>& p, const std::vector<double>& all_squares);
+
 private:
+    void update(parameters<T>& p, double norm);
+    void squares_into(const parameters<T>& p, std::vector<double>& out) const;
     adamw_options o_;
+    std::vector<double> scratch_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
     std::int64_t t_ = 0;

@@ -81,26 +81,22 @@ public:
     {
         if (stages < 1)
             throw std::invalid_argument("the GPT pipeline needs at least 1 stage, got " + std::to_string(stages));
-        if (layer_cuts.empty()) layer_cuts = even_layer_cuts(params.cfg.layers, stages);
-        if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() < 0 ||
-            layer_cuts.back() != params.cfg.layers)
-            throw std::invalid_argument("layer cuts must be stages+1 points from the frozen layer count (0: none) "
-                                        "to the layer count");
-        frozen_ = layer_cuts.front();
-        params.lay.frozen_end(frozen_);  // refuses a frozen prefix the model cannot have
         if (here.empty()) here.assign(static_cast<std::size_t>(stages), true);
         if (static_cast<int>(here.size()) != stages)
             throw std::invalid_argument("`here` needs one flag per stage");
-        std::vector<stage<T>> views;
-        for (int i = 0; i < stages; ++i) {
-            parts_.push_back(here[i] ? std::make_unique<part<T>>(params, layer_cuts[i], layer_cuts[i + 1],
-                                                                 i == 0 && frozen_ == 0,
-                                                                 i + 1 == stages, threads_per_part)
-                                     : nullptr);
-            views.push_back(stage<T>{parts_.back().get()});
-        }
-        pipe_.emplace(std::move(views));
-        io_.source = [](const tpipe::unit&) { return activation<T>{}; };
+        std::vector<parameters<T>*> each;
+        for (int i = 0; i < stages; ++i) each.push_back(here[static_cast<std::size_t>(i)] ? &params : nullptr);
+        build(params.cfg, std::move(each), threads_per_part, std::move(layer_cuts));
+    }
+
+    //! Stage-local state: stage i's part uses `stage_params[i]` (which holds at least its layers,
+    //! see gpt/stage_state.hpp); a null entry is a stage of another process.
+    pipelined_model(const config& cfg, std::vector<parameters<T>*> stage_params, int threads_per_part = 1,
+                    std::vector<int> layer_cuts = {})
+        : params_(nullptr)
+    {
+        if (stage_params.empty()) throw std::invalid_argument("the GPT pipeline needs at least 1 stage, got 0");
+        build(cfg, std::move(stage_params), threads_per_part, std::move(layer_cuts));
     }
 
     int stages() const { return static_cast<int>(parts_.size()); }
@@ -112,6 +108,12 @@ public:
         if (frozen_ == 0) throw std::invalid_argument("set_source: no layer is frozen, stage 0 embeds the tokens itself");
         io_.source = std::move(source);
     }
+    //! Activation recomputation on every part here (see part::set_recompute).
+    void set_recompute(bool on)
+    {
+        for (auto& p : parts_)
+            if (p) p->set_recompute(on);
+    }
     //! Whether stage i's part was built here.
     bool has_part(int i) const { return parts_[static_cast<std::size_t>(i)] != nullptr; }
     part<T>& part_at(int i)
@@ -119,7 +121,13 @@ public:
         if (!has_part(i)) throw std::invalid_argument("stage " + std::to_string(i) + " runs in another process");
         return *parts_[static_cast<std::size_t>(i)];
     }
-    parameters<T>& params() { return *params_; }
+    //! The whole model's parameters (refused for stage-local state: use params_of).
+    parameters<T>& params()
+    {
+        if (!params_) throw std::logic_error("gpt::pipelined_model: stage-local state has no whole-model parameters");
+        return *params_;
+    }
+    const config& cfg() const { return cfg_; }
 
     //! The pipeline and its io, for a tpipe::runner kept across steps.
     tpipe::uniform_pipeline<stage<T>>& pipe() { return *pipe_; }
@@ -128,7 +136,8 @@ public:
     //! Before running a step on `b`: zeroes the gradients, starts every local part.
     void begin_step(const batch& b)
     {
-        params_->zero_grad();
+        for (std::size_t i = 0; i < stage_params_.size(); ++i)
+            if (stage_params_[i] && (i == 0 || stage_params_[i] != stage_params_[i - 1])) stage_params_[i]->zero_grad();
         for (auto& p : parts_)
             if (p) p->begin(&b);
     }
@@ -154,7 +163,33 @@ public:
     }
 
 private:
+    void build(const config& cfg, std::vector<parameters<T>*> each, int threads_per_part, std::vector<int> layer_cuts)
+    {
+        cfg_ = cfg;
+        const int stages = static_cast<int>(each.size());
+        if (layer_cuts.empty()) layer_cuts = even_layer_cuts(cfg.layers, stages);
+        if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() < 0 ||
+            layer_cuts.back() != cfg.layers)
+            throw std::invalid_argument("layer cuts must be stages+1 points from the frozen layer count (0: none) "
+                                        "to the layer count");
+        frozen_ = layer_cuts.front();
+        if (frozen_ > 0) layout(cfg).frozen_end(frozen_);  // refuses a frozen prefix the model cannot have
+        std::vector<stage<T>> views;
+        for (int i = 0; i < stages; ++i) {
+            auto* p = each[static_cast<std::size_t>(i)];
+            parts_.push_back(p ? std::make_unique<part<T>>(*p, layer_cuts[i], layer_cuts[i + 1], i == 0 && frozen_ == 0,
+                                                           i + 1 == stages, threads_per_part)
+                               : nullptr);
+            views.push_back(stage<T>{parts_.back().get()});
+        }
+        stage_params_ = std::move(each);
+        pipe_.emplace(std::move(views));
+        io_.source = [](const tpipe::unit&) { return activation<T>{}; };
+    }
+
     parameters<T>* params_;
+    config cfg_;
+    std::vector<parameters<T>*> stage_params_;
     int frozen_ = 0;
     std::vector<std::unique_ptr<part<T>>> parts_;
     std::optional<tpipe::uniform_pipeline<stage<T>>> pipe_;

@@ -1,0 +1,171 @@
+#pragma once
+// Stage-local state: the parameters, gradients and AdamW moments of the pipeline stages one
+// process runs, and nothing of the others (on threads, each stage its own).
+//
+// What stays global, and how it is made so without a whole-model vector:
+// - the gradient-norm clip: each stage sums the squares of its gradients per norm slot (one
+//   slot per layer, plus the embeddings and the head; see gpt::norm_slots); the stages' vectors
+//   are added (exact: every slot has one holder, the others add zeros), then folded in slot
+//   order, so the norm has the same bits on threads, over MPI and for every cut;
+// - a tied LM head: the first stage holds the embedding, the last a copy of it as its head; after
+//   the backward the two gradients are summed (embedding + head, the whole model's order) into
+//   both copies, as Megatron does, so the copies take the same steps and stay equal.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpt/model.hpp"
+
+namespace gpt {
+
+template <class T>
+class stage_states {
+public:
+    //! The stages i with here[i] (empty: all), cut at `layer_cuts` (empty: even), initialised as
+    //! the whole model with `seed` would be.
+    stage_states(const config& cfg, int stages, std::vector<int> layer_cuts, std::vector<bool> here,
+                 adamw_options o, std::uint64_t seed)
+        : cfg_(cfg)
+    {
+        if (stages < 1) throw std::invalid_argument("stage_states: need at least 1 stage, got " + std::to_string(stages));
+        if (layer_cuts.empty()) {
+            layer_cuts.push_back(0);
+            for (int i = 0; i < stages; ++i)
+                layer_cuts.push_back(layer_cuts.back() + cfg.layers / stages + (i < cfg.layers % stages ? 1 : 0));
+        }
+        if (static_cast<int>(layer_cuts.size()) != stages + 1 || layer_cuts.front() != 0 || layer_cuts.back() != cfg.layers)
+            throw std::invalid_argument("stage_states: layer cuts must be stages+1 points from 0 to the layer count");
+        if (here.empty()) here.assign(static_cast<std::size_t>(stages), true);
+        if (static_cast<int>(here.size()) != stages) throw std::invalid_argument("stage_states: one `here` flag per stage");
+        for (int i = 0; i < stages; ++i) {
+            if (!here[static_cast<std::size_t>(i)]) {
+                states_.push_back(nullptr);
+                continue;
+            }
+            auto s = std::make_unique<state>(cfg, holding{layer_cuts[i], layer_cuts[i + 1], i == 0, i + 1 == stages}, o);
+            s->params.init(seed);
+            states_.push_back(std::move(s));
+        }
+    }
+
+    int stages() const { return static_cast<int>(states_.size()); }
+    bool holds(int i) const { return states_.at(static_cast<std::size_t>(i)) != nullptr; }
+    parameters<T>& params(int i) { return at(i).params; }
+    const parameters<T>& params(int i) const { return at(i).params; }
+    adamw<T>& opt(int i) { return at(i).opt; }
+    //! One pointer per stage, null for those of other processes (for pipelined_model).
+    std::vector<parameters<T>*> pointers()
+    {
+        std::vector<parameters<T>*> out;
+        for (auto& s : states_) out.push_back(s ? &s->params : nullptr);
+        return out;
+    }
+
+    //! The squares of the local stages' gradients per norm slot, added over the stages.
+    std::vector<double> squares() const
+    {
+        std::vector<double> out(static_cast<std::size_t>(norm_slots(cfg_)), 0.0);
+        for (const auto& s : states_)
+            if (s) add_squares(out, s->opt.squares(s->params));
+        return out;
+    }
+    //! Adds `more` into `sum` slot by slot (another process's or stage's squares).
+    static void add_squares(std::vector<double>& sum, const std::vector<double>& more)
+    {
+        for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += more[k];
+    }
+
+    //! Whether the head is tied and held by two stages (more than one stage).
+    bool tied_across_stages() const { return cfg_.tied && stages() > 1; }
+    //! This process's share of the tied gradient: embedding (first stage) + head (last stage),
+    //! whichever are here, zeros when neither (empty unless tied_across_stages()). Summed over
+    //! the processes of one pipeline, it is the whole model's embedding gradient.
+    std::vector<T> tied_share() const
+    {
+        if (!tied_across_stages()) return {};
+        const std::size_t n = static_cast<std::size_t>(cfg_.vocab) * static_cast<std::size_t>(cfg_.d_model);
+        std::vector<T> out(n, T(0));
+        if (holds(0)) std::copy_n(embedding_grad(0), n, out.begin());
+        if (holds(stages() - 1)) {
+            const T* h = embedding_grad(stages() - 1);
+            for (std::size_t i = 0; i < n; ++i) out[i] += h[i];  // e + h, as the whole model's flush adds
+        }
+        return out;
+    }
+    //! Writes the summed tied gradient into the first and last stage's copies held here.
+    void set_tied(const std::vector<T>& sum)
+    {
+        if (!tied_across_stages()) return;
+        for (int i : {0, stages() - 1})
+            if (holds(i)) std::copy(sum.begin(), sum.end(), embedding_grad(i));
+    }
+
+    //! After a backward with every stage here (threads): syncs the tied copies and steps each
+    //! stage with the global norm. Over processes, sum tied_share() and squares() over the
+    //! pipeline's processes and call set_tied() and step(squares) instead.
+    void step()
+    {
+        for (const auto& s : states_)
+            if (!s) throw std::logic_error("stage_states::step(): a stage runs elsewhere; reduce over the processes");
+        set_tied(tied_share());
+        step(squares());
+    }
+    void step(const std::vector<double>& all_squares)
+    {
+        for (auto& s : states_)
+            if (s) s->opt.step(s->params, all_squares);
+    }
+
+    //! Calls f(global_offset, values) for every tensor here (not the tied copies), in the whole
+    //! model's order: a fingerprint or a whole-model vector can be built without one.
+    template <class F>
+    void each_tensor(bool gradients, F&& f) const
+    {
+        for (int i = 0; i < stages(); ++i) each_tensor(i, gradients, f);
+    }
+    //! The same for stage i only (nothing when it is not here).
+    template <class F>
+    void each_tensor(int i, bool gradients, F&& f) const
+    {
+        const auto& s = states_.at(static_cast<std::size_t>(i));
+        if (!s) return;
+        const auto& v = gradients ? s->params.grad : s->params.value;
+        for (const auto& t : s->params.lay.tensors)
+            if (!t.tied_copy) f(t.global_offset, std::span<const T>(v.data() + t.offset, static_cast<std::size_t>(t.size())));
+    }
+    //! The whole model's values (or gradients), zero where another process holds them (--check).
+    std::vector<T> whole(bool gradients) const
+    {
+        std::vector<T> out(static_cast<std::size_t>(layout(cfg_).total), T(0));
+        each_tensor(gradients, [&](std::int64_t at, std::span<const T> v) { std::copy(v.begin(), v.end(), out.begin() + at); });
+        return out;
+    }
+    //! Parameters held here, counted once (a tied copy is not).
+    std::int64_t held_parameters() const
+    {
+        std::int64_t n = 0;
+        each_tensor(false, [&](std::int64_t, std::span<const T> v) { n += static_cast<std::int64_t>(v.size()); });
+        return n;
+    }
+
+private:
+    struct state {
+        parameters<T> params;
+        adamw<T> opt;
+        state(const config& c, const holding& h, adamw_options o) : params(c, h), opt(params, o) {}
+    };
+    state& at(int i) const
+    {
+        if (!holds(i)) throw std::invalid_argument("stage " + std::to_string(i) + "'s state is held by another process");
+        return *states_[static_cast<std::size_t>(i)];
+    }
+    T* embedding_grad(int i) const { return at(i).params.grad.data() + at(i).params.lay.wte; }
+
+    config cfg_;
+    std::vector<std::unique_ptr<state>> states_;
+};
+
+} // namespace gpt
