@@ -14,11 +14,14 @@
 //   member s adds the last value and owns the sum; an all-gather then copies it to everyone.
 //   Chunking a segment into pieces (pipelining) does not change any element's order.
 // - For d <= 2 it equals the rank-order fold (a + b == b + a bitwise); so it does for integers.
+// - The segments are cut from the buffer one call gets: reducing a vector in two calls (per
+//   stage, per bucket) gives other bits than in one. The rank-order fold has no such cut.
 //
 // reduction_order::rank_order is the left fold in rank order ((x0 + x1) + x2) + ..., for every
 // element (tpipe's order before the ring; one member receives (d - 1) times the data).
 // reduction_order::native is the implementation's own collective (MPI_Iallreduce): the same
 // bits on every member where the implementation guarantees it, in an order tpipe does not define.
+#include <algorithm>
 #include <cstddef>
 #include <span>
 
@@ -61,11 +64,17 @@ void ring_segment_sum(std::span<const T* const> inputs, std::size_t n, int s, T*
 {
     const int d = static_cast<int>(inputs.size());
     const element_range seg = ring_segment(n, d, s);
-    const T* first = inputs[static_cast<std::size_t>(ring_addend(s, d, 0))];
-    for (std::size_t k = seg.begin; k < seg.begin + seg.size; ++k) {
-        T acc = first[k];
-        for (int j = 1; j < d; ++j) acc += inputs[static_cast<std::size_t>(ring_addend(s, d, j))][k];
-        out[k] = acc;
+    constexpr std::size_t block = 512;  // per block, addend by addend: vectorisable, same order per element
+    T acc[block];
+    for (std::size_t b = seg.begin; b < seg.begin + seg.size; b += block) {
+        const std::size_t len = std::min(block, seg.begin + seg.size - b);
+        const T* first = inputs[static_cast<std::size_t>(ring_addend(s, d, 0))] + b;
+        for (std::size_t e = 0; e < len; ++e) acc[e] = first[e];
+        for (int j = 1; j < d; ++j) {
+            const T* in = inputs[static_cast<std::size_t>(ring_addend(s, d, j))] + b;
+            for (std::size_t e = 0; e < len; ++e) acc[e] += in[e];
+        }
+        for (std::size_t e = 0; e < len; ++e) out[b + e] = acc[e];
     }
 }
 
