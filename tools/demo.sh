@@ -5,6 +5,8 @@
 #   3. a pipelined iteration really run on CPU threads, its timeline next to the simulated one;
 #   4. the reference GPT trained with a TeraPipe-planned token-level pipeline on CPU threads,
 #      checked against the same training without a pipeline.
+#   5. the reference GPT trained elastically (PipeTransformer): freezing, a shorter pipeline, a
+#      new replica, one line per re-plan, and the speedup over the same run without freezing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh libopenblas-pthread-dev  # the reference GPT's GEMMs
@@ -28,3 +30,12 @@ section "3. A 1F1B iteration run on CPU threads (stages spin 1 ms per action): s
 
 section "4. The reference GPT (4 layers, d=128, byte-level corpus) trained for 100 steps with a TeraPipe-planned token-level 1F1B pipeline on 2 CPU threads, checked against the same training without a pipeline"
 "$build/examples/gpt/train_gpt" --stages 2 --schedule terapipe-1f1b --slicer terapipe --batch 1 --seq-len 256 --steps 100 --check
+
+section "5. PipeTransformer: the reference GPT (4 layers, d=64) trained elastically for 3 epochs on 2 CPU threads: layers freeze every epoch, the pipeline shortens, the freed device becomes a data-parallel replica (one line per re-plan), then the same run without freezing"
+mkdir -p "$build/demo"
+elastic=(--elastic --untied --layers 4 --d-model 64 --heads 4 --seq-len 64 --batch 8 --devices 2 --epochs 3 --alpha 0.5)
+"$build/examples/gpt/train_gpt" "${elastic[@]}" | tee "$build/demo/elastic.txt"
+"$build/examples/gpt/train_gpt" "${elastic[@]}" --max-frozen 0 >"$build/demo/elastic_no_freezing.txt"
+rate() { sed -n 's/^elastic run: \([0-9.e+]*\) samples\/s.*/\1/p' "$1"; }
+awk -v a="$(rate "$build/demo/elastic.txt")" -v b="$(rate "$build/demo/elastic_no_freezing.txt")" \
+  'BEGIN { printf "\nwithout freezing: %.0f samples/s; elastic: %.0f samples/s; speedup %.2fx\n", b, a, a / b }'

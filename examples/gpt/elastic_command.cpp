@@ -12,8 +12,11 @@
 
 #include <tpipe/core/json.hpp>
 
-#include "gpt/elastic_loop.hpp"
+#include <tpipe/elastic/driver_loop.hpp>
+
+#include "gpt/elastic_gpt.hpp"
 #include "gpt/fingerprint.hpp"
+#include "gpt/frozen.hpp"
 
 #ifdef TPIPE_GPT_MPI
 #include <tpipe/exec/data_parallel.hpp>
@@ -37,12 +40,31 @@ std::string cuts_text(const std::vector<int>& c)
     return s.str();
 }
 
+//! The GPT's layer cuts of a driver's stage cuts (over layers and the tail).
+std::vector<int> layer_cuts_of(const std::vector<int>& stage_cuts, int layers)
+{
+    std::vector<int> c(stage_cuts.begin(), stage_cuts.end() - 1);
+    c.push_back(layers);
+    return c;
+}
+
+std::string slices_text(const tpipe::replan_record& r)
+{
+    std::ostringstream s;
+    for (std::size_t m = 0; m < r.slices.size(); ++m) {
+        s << (m ? " | " : "") << r.slices[m].rows << " row(s) x ";
+        for (std::size_t i = 0; i < r.slices[m].tokens.size(); ++i) s << (i ? "," : "") << r.slices[m].tokens[i];
+    }
+    return s.str();
+}
+
 void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c)
 {
+    const auto layer_cuts = layer_cuts_of(r.stage_cuts, c.cfg.layers);
     if (c.json) {
         tpipe::json::object o = r.plan.to_json().as_object("replan");
         tpipe::json::array cuts;
-        for (int x : r.layer_cuts) cuts.emplace_back(x);
+        for (int x : layer_cuts) cuts.emplace_back(x);
         o["first_step"] = r.first_step;
         o["steps"] = r.steps;
         o["layer_cuts"] = std::move(cuts);
@@ -60,9 +82,10 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
     std::cout << "interval " << r.plan.epoch << " (steps " << r.first_step << "-" << r.first_step + r.steps - 1
               << "): frozen " << r.plan.frozen << "/" << c.cfg.layers << ", " << r.plan.stages << " stage(s) x "
               << r.plan.replicas << " replica(s), " << r.plan.microbatches << " microbatch(es), layer cuts "
-              << cuts_text(r.layer_cuts) << "; " << static_cast<long long>(*r.plan.measured_throughput + 0.5)
+              << cuts_text(layer_cuts) << "; " << static_cast<long long>(*r.plan.measured_throughput + 0.5)
               << " samples/s (predicted " << static_cast<long long>(r.plan.predicted_throughput + 0.5) << "), loss "
               << r.mean_loss << ", re-plan " << r.replan_seconds * 1e3 << " ms";
+    if (!r.plan.slices.empty()) std::cout << "; token slices " << slices_text(r.plan);
     if (r.plan.frozen > 0)
         std::cout << "; frozen rows: " << r.rows_computed << " computed, " << r.rows_extended << " extended, "
                   << r.rows_cached << " cached";
@@ -97,7 +120,7 @@ void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data
 }
 
 #ifdef TPIPE_GPT_MPI
-//! The MPI backend of gpt::run_elastic_loop: process p is one device. In a shape of K stages x D
+//! The MPI backend of tpipe::elastic::run_intervals (the GPT's own: its optimizer step is replicated): process p is one device. In a shape of K stages x D
 //! replicas it runs pipeline rank p % K of replica p / K. Every re-plan re-forms the transport
 //! (the new world), the communicator of the replica's pipeline ranks and that of the rank's
 //! replicas. The optimizer step is replicated, as in train_gpt --transport mpi: gradients are
@@ -138,7 +161,7 @@ public:
         }
     }
 
-    bool reshape(const gpt::elastic_shape& next)
+    bool reshape(const tpipe::elastic::interval_shape& next)
     {
         const std::vector<float> before = params_.value;
         const std::int64_t t_before = opt_.step_count();
@@ -173,13 +196,12 @@ public:
         replicas_->set_reduction_order(tpipe::reduction_order::rank_order);  // as on threads: independent of the cuts
         std::vector<bool> here(static_cast<std::size_t>(K), false);
         here[static_cast<std::size_t>(rank_)] = true;
-        model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, shape_.layer_cuts, here);
+        model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, layer_cuts_of(shape_.stage_cuts, cfg_.layers), here);
         if (shape_.frozen > 0) {
             if (rank_ == 0) prefix_ = std::make_unique<gpt::frozen_prefix<float>>(params_, threads_, cache_.get());
             model_->set_source([this](const tpipe::unit& u) { return gpt::unit_slice(frozen_out_, u, cfg_.d_model); });
         }
-        const auto units = tpipe::microbatch_slicer{shape_.microbatches}.scheme(tpipe::batch_shape{o_.batch / D, cfg_.seq_len});
-        const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = K}, units);
+        const auto prog = tpipe::make_schedule(tpipe::elastic::schedule_for(shape_.units)).program(tpipe::topology{.ranks = K}, shape_.units);
         tpipe::run_options opts;
         if (D > 1) {
             std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(K), nullptr);
@@ -223,10 +245,10 @@ public:
         return all_agree(mine == first, *active_);
     }
 
-    gpt::frozen_prefix<float>::counters frozen_rows()
+    tpipe::elastic::frozen_counters frozen_rows()
     {
         auto c = retired_;
-        if (prefix_) add(c, prefix_->count());
+        if (prefix_) c += prefix_->count();
         if (!active_now_) return c;
         std::int64_t v[3] = {c.full, c.extended, c.cached};
         tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, active_->native()), "MPI_Allreduce");
@@ -238,13 +260,6 @@ public:
 
 private:
     using runner_t = tpipe::runner<tpipe::uniform_pipeline<gpt::stage<float>>, tpipe::cpu_engine, tpipe::mpi::transport>;
-
-    static void add(gpt::frozen_prefix<float>::counters& c, const gpt::frozen_prefix<float>::counters& x)
-    {
-        c.full += x.full;
-        c.extended += x.extended;
-        c.cached += x.cached;
-    }
 
     tpipe::task<void> receive_state()
     {
@@ -263,7 +278,7 @@ private:
 
     void tear_down()
     {
-        if (prefix_) add(retired_, prefix_->count());
+        if (prefix_) retired_ += prefix_->count();
         runner_.reset();
         dp_.reset();
         model_.reset();
@@ -284,7 +299,7 @@ private:
     tpipe::mpi::communicator world_;
     int me_ = 0, replica_ = 0, rank_ = 0;
     bool active_now_ = true;  //!< this process runs a rank of the current plan
-    gpt::elastic_shape shape_;
+    tpipe::elastic::interval_shape shape_;
     tpipe::cpu_engine engine_{1};
     std::filesystem::path shared_dir_;
     std::unique_ptr<gpt::frozen_prefix<float>::cache_type> cache_;
@@ -295,7 +310,7 @@ private:
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
     gpt::activation<float> frozen_out_;
-    gpt::frozen_prefix<float>::counters retired_;
+    tpipe::elastic::frozen_counters retired_;
 };
 
 //! Process 0's unit times on every process (plans depend on them and must agree).
@@ -351,12 +366,15 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
         o.measured = shared_unit_times(c.cfg, per_process);
-        const elastic_planner planner(c.cfg, o, per_process * o.devices, o.measured);
+        tpipe::elastic::driver_options d = o;
+        d.seq_len = c.cfg.seq_len;
+        const tpipe::elastic::shape_planner planner(unit_costs(c.cfg), c.cfg.layers, d);
         mpi_backend be(c.cfg, data, o, per_process);
         speaks = be.process() == 0;
         header();
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
-        res = run_elastic_loop(data, o, planner, be, print);
+        static_cast<tpipe::elastic::run_report&>(res) = tpipe::elastic::run_intervals(data.samples(), d, planner, be, print);
+        res.weights = be.weights();
 #else
         throw std::invalid_argument("--transport mpi: this train_gpt was built without MPI");
 #endif

@@ -122,7 +122,8 @@ const char* usage_text =
     "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
-    "                    (--stages, --dp, --schedule and --slicer do not apply; the schedule is 1f1b)\n"
+    "                    (--stages, --dp and --schedule do not apply; the schedule is 1f1b; with --slicer\n"
+    "                    terapipe, threads only: TeraPipe token slices re-planned for every pipeline depth)\n"
     "  --devices N       --elastic: devices (loop threads, or MPI processes) (default 2)\n"
     "  --alpha A         --elastic: freeze degree of the progressive policy F(e) = ceil(L(1-(1-A)^e)) (default 1/3)\n"
     "  --freeze-every S  --elastic: steps per freeze interval (default: one epoch of the data)\n"
@@ -222,6 +223,9 @@ options parse(int argc, char** argv)
     // A default fits the other defaults: four microbatches, or one per sequence if fewer.
     if (!given.count("--slicer")) o.slicer = "microbatch:" + std::to_string(std::min(o.batch, 4));
     check_memory(o);
+    if (o.elastic && o.slicer == "terapipe" && o.transport == "mpi")
+        throw usage_error("--elastic --slicer terapipe runs on threads; under --transport mpi drop --slicer terapipe "
+                          "(every process would need the profiled token latencies)");
     if (o.transport != "threads" && o.transport != "mpi")
         throw usage_error("unknown transport '" + o.transport + "'; use threads or mpi");
 #ifndef TPIPE_GPT_MPI
@@ -587,6 +591,8 @@ int train(const options& o)
         c.opts.threads = o.threads;
         c.opts.seed = o.seed;
         c.opts.opt.lr = o.lr;
+        if (o.slicer == "terapipe")  // token slices inside the elastic pipeline, re-planned at every re-plan
+            c.opts.terapipe_granularity = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
         if (o.cfg.tied) throw usage_error("--elastic freezes the embedding with the first layer, which would freeze a tied LM head too: add --untied");
         if (o.el.opts.max_frozen > o.cfg.layers)
             throw usage_error("--max-frozen " + std::to_string(o.el.opts.max_frozen) + " exceeds the " + std::to_string(o.cfg.layers) + " layers");

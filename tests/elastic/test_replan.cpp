@@ -6,7 +6,7 @@
 
 TEST_CASE("replan record round-trips through one JSON line")
 {
-    tpipe::replan_record r{3, 7, 4, 4, 16, {0, 5, 9, 13, 17}, true, 1234.5, std::nullopt};
+    tpipe::replan_record r{3, 7, 4, 4, 16, {0, 5, 9, 13, 17}, true, 1234.5, std::nullopt, {}};
     const auto line = r.to_json_line();
     CHECK(line.find('\n') == std::string::npos);
     const auto v = tpipe::json::parse(line);

@@ -13,6 +13,11 @@
 #include "tpipe/elastic/elastic_plan.hpp"
 #include "tpipe/elastic/elastic_presets.hpp"
 
+namespace tpipe::cli {
+//! --token-slicing: the four-case plan of PipeTransformer x TeraPipe (cmd_elastic_tokens.cpp).
+int run_elastic_tokens(args& a);
+} // namespace tpipe::cli
+
 namespace {
 
 constexpr const char* usage = R"(usage: tpipe-plan elastic --model vit-b16|FILE.json --devices N --alpha A --epochs E
@@ -20,6 +25,7 @@ constexpr const char* usage = R"(usage: tpipe-plan elastic --model vit-b16|FILE.
                           [--strict] [--min-stages K] [--schedule gpipe|1f1b]
                           [--no-freeze] [--no-autopipe] [--no-autodp] [--no-autocache]
                           [--ablation] [--json | --lines]
+       tpipe-plan elastic --token-slicing ... (PipeTransformer x TeraPipe; --token-slicing --help)
 
 Plans an elastic (PipeTransformer) run and predicts every epoch's time with tpipe's
 simulator: AutoFreeze picks the frozen blocks F; on a change AutoPipe re-partitions the
@@ -88,6 +94,7 @@ constexpr ablation_row ablation_rows[] = {
 
 int run_elastic(tpipe::cli::args& a)
 {
+    if (a.flag("--token-slicing")) return tpipe::cli::run_elastic_tokens(a);
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << usage;
         return 0;

@@ -7,21 +7,14 @@
 #include <stdexcept>
 #include <string>
 
-#include <tpipe/comm/thread_communicator.hpp>
-#include <tpipe/elastic/autopipe.hpp>
-#include <tpipe/elastic/freeze.hpp>
 #include <tpipe/elastic/sampler.hpp>
-#include <tpipe/exec/data_parallel.hpp>
-#include <tpipe/exec/sync_wait.hpp>
-#include <tpipe/exec/task.hpp>
+#include <tpipe/elastic/thread_driver.hpp>
 #include <tpipe/schedule/by_name.hpp>
-#include <tpipe/slice/slicers.hpp>
 
-#include "gpt/elastic_loop.hpp"
-#include "gpt/elastic_plan.hpp"
+#include "gpt/elastic_gpt.hpp"
 #include "gpt/frozen.hpp"
-#include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
+#include "gpt/planning.hpp"
 
 namespace gpt {
 
@@ -61,207 +54,56 @@ batch window_dataset::rows(std::span<const std::int64_t> ids) const
 
 namespace {
 
-parameters<float> initial_weights(const config& cfg, std::uint64_t seed)
+//! The driver's options for the GPT: its sequence length and, with TeraPipe slices, the
+//! per-layer token latencies (profiled here unless given).
+tpipe::elastic::driver_options driver_options_of(const config& cfg, const window_dataset& data, const elastic_options& o)
 {
-    parameters<float> p(cfg);
-    p.init(seed);
-    return p;
+    tpipe::elastic::driver_options d = o;
+    d.seq_len = cfg.seq_len;
+    if (d.measured.forward.empty())
+        d.measured = measure_units(cfg, cfg.seq_len, std::max(1, compute_threads(o) / std::max(1, o.devices)));
+    if (o.terapipe_granularity > 0 && !d.slicing) {
+        const std::int64_t g = o.terapipe_granularity;
+        if (cfg.seq_len % g != 0)
+            throw std::invalid_argument("the TeraPipe granularity " + std::to_string(g) + " must divide the sequence length " +
+                                        std::to_string(cfg.seq_len));
+        std::vector<std::int64_t> first(static_cast<std::size_t>(o.batch));
+        for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::int64_t>(i);
+        const batch probe = data.rows(first);
+        tpipe::elastic::token_slicing t;
+        t.units = profile_units(cfg, probe, gpt_profile_grid(o.batch, cfg.seq_len, g),
+                                std::max(1, compute_threads(o) / std::max(1, o.devices)));
+        t.granularity = g;
+        d.slicing = std::move(t);
+    }
+    return d;
 }
 
-//! One data-parallel replica: its weights and optimizer, its frozen prefix and its pipeline.
-struct replica {
-    using pipe_t = tpipe::uniform_pipeline<stage<float>>;
-    using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
-
-    parameters<float> params;
-    adamw<float> opt;
-    std::unique_ptr<frozen_prefix<float>> prefix;
-    std::unique_ptr<pipelined_model<float>> model;
-    std::vector<tpipe::thread_communicator> members;  // per stage, among the replicas
-    std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp;
-    std::unique_ptr<runner_t> runner;
-    activation<float> frozen_out;  // this step's frozen-prefix output (stage 0's source)
-    double loss = 0;
-
-    //! A replica that joins holds what a process that has not trained would: the initial weights.
-    replica(const config& cfg, const elastic_options& o) : params(initial_weights(cfg, o.seed)), opt(params, o.opt) {}
-
-    void tear_down()
-    {
-        runner.reset();
-        dp.reset();
-        members.clear();
-        model.reset();
-        prefix.reset();
-    }
+//! The order a pipeline stage runs the units of `prog` in: its forwards, and its backwards, each
+//! the same on every rank (a linear pipeline passes units on in order). Refuses a program whose
+//! ranks disagree, which one sequential part could not reproduce bitwise.
+struct stage_order {
+    std::vector<std::pair<tpipe::op, tpipe::unit>> actions;
 };
-
-//! AutoDP's hand-over: replica 0's weights and optimizer state to every replica, by a broadcast
-//! over a communicator of all of them (run on one thread per member).
-tpipe::task<void> receive_state(tpipe::thread_communicator& c, replica& r)
+stage_order order_of(const tpipe::program& prog)
 {
-    co_await c.broadcast(std::as_writable_bytes(std::span<float>(r.params.value)), 0);
-    co_await c.broadcast(std::as_writable_bytes(r.opt.first_moments()), 0);
-    co_await c.broadcast(std::as_writable_bytes(r.opt.second_moments()), 0);
-    co_await c.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&r.opt.step_count(), 1)), 0);
+    std::vector<std::vector<std::pair<tpipe::op, tpipe::unit>>> per_rank(prog.actions.size());
+    for (std::size_t r = 0; r < prog.actions.size(); ++r)
+        for (const auto& a : prog.actions[r])
+            if (a.kind == tpipe::op::F || a.kind == tpipe::op::B)
+                per_rank[r].emplace_back(a.kind, prog.units.at(a.microbatch, a.slice));
+    auto only = [](const auto& seq, tpipe::op k) {
+        std::vector<tpipe::unit> u;
+        for (const auto& [kind, x] : seq)
+            if (kind == k) u.push_back(x);
+        return u;
+    };
+    for (std::size_t r = 1; r < per_rank.size(); ++r)
+        if (only(per_rank[r], tpipe::op::F) != only(per_rank[0], tpipe::op::F) ||
+            only(per_rank[r], tpipe::op::B) != only(per_rank[0], tpipe::op::B))
+            throw std::invalid_argument("train_frozen_reference: the program's ranks run units in different orders");
+    return {per_rank.front()};
 }
-
-struct state_snapshot {
-    std::vector<float> value, m, v;
-    std::int64_t t = 0;
-    explicit state_snapshot(replica& r)
-        : value(r.params.value), m(r.opt.first_moments().begin(), r.opt.first_moments().end()),
-          v(r.opt.second_moments().begin(), r.opt.second_moments().end()), t(r.opt.step_count())
-    {
-    }
-    //! Whether `r` holds this state, its optimizer frozen further from `from` to its frozen().
-    bool held_by(replica& r, std::int64_t from) const
-    {
-        const auto drop = static_cast<std::ptrdiff_t>(r.opt.frozen() - from);
-        auto m1 = r.opt.first_moments(), v1 = r.opt.second_moments();
-        return r.params.value == value && r.opt.step_count() == t && static_cast<std::ptrdiff_t>(m.size()) - drop == static_cast<std::ptrdiff_t>(m1.size()) &&
-               std::equal(m1.begin(), m1.end(), m.begin() + drop) && std::equal(v1.begin(), v1.end(), v.begin() + drop);
-    }
-};
-
-
-//! The thread backend of run_elastic_loop: every replica and stage in this process, one device
-//! (loop thread) per pipeline rank of every replica.
-//! Threads for each part when `hw` threads run K stages x D replicas (the reference builds its
-//! parts the same way; the kernels' bits do not depend on it).
-inline int threads_per_part(int hw, int stages, int replicas) { return std::max(1, hw / (stages * replicas)); }
-
-class thread_backend {
-public:
-    thread_backend(const config& cfg, const window_dataset& data, const elastic_options& o, int threads)
-        : cfg_(cfg), data_(data), o_(o), hw_(threads), sampler_({.samples = data.samples(), .batch = o.batch, .seed = o.seed})
-    {
-        if (o.autocache)
-            cache_ = std::make_unique<frozen_prefix<float>::cache_type>(tpipe::elastic::cache_options{.host_bytes = o.cache_bytes});
-        reps_.push_back(std::make_unique<replica>(cfg, o));
-    }
-
-    bool reshape(const elastic_shape& next)
-    {
-        const state_snapshot before(*reps_.front());
-        const std::int64_t frozen_from = reps_.front()->opt.frozen();
-        for (auto& r : reps_) {
-            retire(*r);
-            r->tear_down();
-            r->opt.freeze(r->params.lay.frozen_end(next.frozen));
-        }
-        groups_.clear();
-        engine_.reset();
-        // AutoDP: new replicas (holding the initial weights), then replica 0's state to all.
-        const auto old_replicas = reps_.size();
-        while (static_cast<int>(reps_.size()) < next.replicas) {
-            reps_.push_back(std::make_unique<replica>(cfg_, o_));
-            reps_.back()->opt.freeze(reps_.back()->params.lay.frozen_end(next.frozen));
-        }
-        if (reps_.size() > old_replicas) {
-            tpipe::thread_group all(next.replicas);
-            on_threads(reps_.size(), [&](std::size_t d) {
-                auto member = all.member(static_cast<int>(d));
-                tpipe::sync_wait(receive_state(member, *reps_[d]));
-            });
-        }
-        bool kept = true;
-        for (auto& r : reps_) kept = before.held_by(*r, frozen_from) && kept;
-        // AutoPipe: the new pipelines, their runners and the gradient all-reduce.
-        shape_ = next;
-        const int K = shape_.stages, D = shape_.replicas, threads_per_part = gpt::threads_per_part(hw_, K, D);
-        engine_ = std::make_unique<tpipe::cpu_engine>(K * D);
-        if (D > 1)
-            for (int s = 0; s < K; ++s) groups_.push_back(std::make_unique<tpipe::thread_group>(D));
-        const auto units = tpipe::microbatch_slicer{shape_.microbatches}.scheme(tpipe::batch_shape{o_.batch / D, cfg_.seq_len});
-        const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = K}, units);
-        for (int d = 0; d < D; ++d) {
-            replica& r = *reps_[static_cast<std::size_t>(d)];
-            r.model = std::make_unique<pipelined_model<float>>(r.params, K, threads_per_part, shape_.layer_cuts);
-            if (shape_.frozen > 0) {
-                r.prefix = std::make_unique<frozen_prefix<float>>(r.params, threads_per_part, cache_.get());
-                r.model->set_source([&r, dm = cfg_.d_model](const tpipe::unit& u) { return unit_slice(r.frozen_out, u, dm); });
-            }
-            tpipe::run_options opts;
-            for (int k = 0; k < K; ++k) opts.device_of_rank.push_back(d * K + k);
-            if (D > 1) {
-                for (auto& g : groups_) r.members.push_back(g->member(d));
-                // The rank-order fold: its sums do not depend on how the stages cut the gradients,
-                // so they equal train_frozen_reference's whatever the plan (the ring's segments would).
-                for (auto& m : r.members) m.set_reduction_order(tpipe::reduction_order::rank_order);
-                std::vector<tpipe::thread_communicator*> comms;
-                for (auto& m : r.members) comms.push_back(&m);
-                r.dp = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r.model->pipe(), comms);
-                opts.after_backward = r.dp->hook();
-            }
-            r.runner = std::make_unique<replica::runner_t>(r.model->pipe(), prog, *engine_, opts);
-        }
-        return kept;
-    }
-
-    double step(std::int64_t step)
-    {
-        const int D = shape_.replicas;
-        std::vector<std::vector<std::int64_t>> ids;  // drawn here: the sampler is not thread-safe
-        for (int d = 0; d < D; ++d) ids.push_back(sampler_.shard(step, d, D));
-        on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
-            replica& r = *reps_[d];
-            const batch b = data_.rows(ids[d]);
-            if (shape_.frozen > 0) r.frozen_out = r.prefix->forward(b, ids[d], shape_.frozen);
-            r.model->begin_step(b);
-            r.runner->run(r.model->io());
-            r.loss = r.model->finish_step();
-        });
-        double loss = 0;
-        for (int d = 0; d < D; ++d) {
-            replica& r = *reps_[static_cast<std::size_t>(d)];
-            r.opt.step(r.params);
-            loss += r.loss / D;
-        }
-        return loss;
-    }
-
-    bool replicas_identical() const
-    {
-        for (int d = 1; d < shape_.replicas; ++d)
-            if (reps_[static_cast<std::size_t>(d)]->params.value != reps_.front()->params.value) return false;
-        return true;
-    }
-
-    frozen_prefix<float>::counters frozen_rows() const
-    {
-        auto c = retired_;
-        for (const auto& r : reps_)
-            if (r->prefix) add(c, r->prefix->count());
-        return c;
-    }
-    tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
-    std::vector<float> weights() const { return reps_.front()->params.value; }
-
-private:
-    static void add(frozen_prefix<float>::counters& c, const frozen_prefix<float>::counters& x)
-    {
-        c.full += x.full;
-        c.extended += x.extended;
-        c.cached += x.cached;
-    }
-    void retire(replica& r)
-    {
-        if (r.prefix) add(retired_, r.prefix->count());
-    }
-
-    const config& cfg_;
-    const window_dataset& data_;
-    const elastic_options& o_;
-    int hw_;
-    tpipe::elastic::epoch_sampler sampler_;
-    std::unique_ptr<frozen_prefix<float>::cache_type> cache_;
-    std::unique_ptr<tpipe::cpu_engine> engine_;  // declared before reps_: outlives the runners on it
-    std::vector<std::unique_ptr<replica>> reps_;
-    std::vector<std::unique_ptr<tpipe::thread_group>> groups_;
-    elastic_shape shape_;
-    frozen_prefix<float>::counters retired_;
-};
 
 } // namespace
 
@@ -269,30 +111,33 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
                              const std::function<void(const interval_report&)>& on_interval)
 {
     if (o.devices < 1) throw std::invalid_argument("elastic training needs at least 1 device, got " + std::to_string(o.devices));
-    if (o.batch % o.devices != 0)
-        throw std::invalid_argument("the global batch (" + std::to_string(o.batch) + ") must be a multiple of the " +
-                                    std::to_string(o.devices) + " devices, so that any replica count shares it equally");
-    const int hw = compute_threads(o);
-    const elastic_planner planner(cfg, o, hw, o.measured);
-    thread_backend be(cfg, data, o, hw);
-    return run_elastic_loop(data, o, planner, be, on_interval);
+    tpipe::elastic::thread_driver<elastic_gpt> driver(
+        [&] { return std::make_unique<elastic_gpt>(cfg, data, o.opt, o.seed); }, data.samples(),
+        driver_options_of(cfg, data, o));
+    elastic_result res;
+    static_cast<tpipe::elastic::run_report&>(res) = driver.run(on_interval);
+    res.weights = driver.replica(0).params().value;
+    return res;
 }
 
 std::vector<float> train_frozen_reference(const config& cfg, const window_dataset& data, const elastic_options& o,
                                           const std::vector<interval_report>& plan)
 {
-    parameters<float> p = initial_weights(cfg, o.seed);
+    parameters<float> p(cfg);
+    p.init(o.seed);
     adamw<float> opt(p, o.opt);
     tpipe::elastic::epoch_sampler sampler({.samples = data.samples(), .batch = o.batch, .seed = o.seed});
     const int hw = compute_threads(o);
     std::vector<float> sum;
     for (const auto& iv : plan) {
-        const int F = iv.plan.frozen, D = iv.plan.replicas;
-        const int threads = threads_per_part(hw, iv.plan.stages, D);
+        const int F = iv.plan.frozen, D = iv.plan.replicas, K = iv.plan.stages;
+        const int threads = tpipe::elastic::threads_per_stage(hw, K, D);
         frozen_prefix<float> prefix(p, threads);
         opt.freeze(p.lay.frozen_end(F));
         part<float> whole(p, F, cfg.layers, F == 0, true, threads);
-        const auto units = tpipe::microbatch_slicer{iv.plan.microbatches}.scheme(tpipe::batch_shape{o.batch / D, cfg.seq_len});
+        const auto prog =
+            tpipe::make_schedule(tpipe::elastic::schedule_for(iv.units)).program(tpipe::topology{.ranks = K}, iv.units);
+        const auto order = order_of(prog);
         for (std::int64_t step = iv.first_step; step < iv.first_step + iv.steps; ++step) {
             for (int d = 0; d < D; ++d) {
                 const auto ids = sampler.shard(step, d, D);
@@ -300,10 +145,9 @@ std::vector<float> train_frozen_reference(const config& cfg, const window_datase
                 const activation<float> x = F > 0 ? prefix.forward(b, ids, F) : activation<float>{};
                 p.zero_grad();
                 whole.begin(&b);
-                for (int i = 0; i < units.units(); ++i) {  // microbatches in order, as 1F1B's backwards run
-                    const auto u = units.at(i);
-                    whole.forward(u, F > 0 ? unit_slice(x, u, cfg.d_model) : activation<float>{});
-                    whole.backward(u, {});
+                for (const auto& [kind, u] : order.actions) {  // as a pipeline stage runs them
+                    if (kind == tpipe::op::F) whole.forward(u, F > 0 ? unit_slice(x, u, cfg.d_model) : activation<float>{});
+                    else whole.backward(u, {});
                 }
                 whole.flush_grad();
                 if (d == 0) sum = p.grad;

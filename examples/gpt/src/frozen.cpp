@@ -38,26 +38,22 @@ activation<T> frozen_prefix<T>::forward(const batch& b, std::span<const std::int
         throw std::invalid_argument("frozen_prefix::forward: " + std::to_string(ids.size()) + " sample ids for " +
                                     std::to_string(b.rows) + " rows");
     const std::int64_t L = b.seq_len, d = params_->cfg.d_model, row = L * d;
+    auto one_row = [&](std::size_t r) {
+        batch one{1, L, std::vector<std::int32_t>(b.inputs.begin() + static_cast<std::ptrdiff_t>(r) * L,
+                                                   b.inputs.begin() + static_cast<std::ptrdiff_t>(r + 1) * L),
+                  std::vector<std::int32_t>(b.targets.begin() + static_cast<std::ptrdiff_t>(r) * L,
+                                            b.targets.begin() + static_cast<std::ptrdiff_t>(r + 1) * L)};
+        return one;
+    };
+    const auto rows = tpipe::elastic::frozen_outputs<activation<T>>(
+        ids, frozen, cache_,
+        [&](std::size_t r, std::optional<activation<T>> from, int lo, int hi) {
+            return run(one_row(r), from ? std::move(*from) : activation<T>{}, lo, hi);
+        },
+        count_);
     activation<T> out{b.rows, L, std::vector<T>(static_cast<std::size_t>(b.rows * row))};
-    batch one{1, L, std::vector<std::int32_t>(static_cast<std::size_t>(L)), std::vector<std::int32_t>(static_cast<std::size_t>(L))};
-    for (std::int64_t r = 0; r < b.rows; ++r) {
-        std::copy_n(b.inputs.begin() + r * L, L, one.inputs.begin());
-        std::copy_n(b.targets.begin() + r * L, L, one.targets.begin());
-        activation<T> y;
-        auto hit = cache_ ? cache_->get(ids[static_cast<std::size_t>(r)]) : std::nullopt;
-        if (hit && hit->level == frozen) {
-            y = std::move(hit->value);
-            ++count_.cached;
-        } else if (hit && hit->level < frozen) {
-            y = run(one, std::move(hit->value), hit->level, frozen);
-            ++count_.extended;
-        } else {  // nothing cached, or cached deeper than asked (a caller going back: recompute)
-            y = run(one, {}, 0, frozen);
-            ++count_.full;
-        }
-        if (cache_ && !(hit && hit->level >= frozen)) cache_->put(ids[static_cast<std::size_t>(r)], frozen, y);
-        std::copy(y.data.begin(), y.data.end(), out.data.begin() + r * row);
-    }
+    for (std::size_t r = 0; r < rows.size(); ++r)
+        std::copy(rows[r].data.begin(), rows[r].data.end(), out.data.begin() + static_cast<std::ptrdiff_t>(r) * row);
     return out;
 }
 

@@ -121,7 +121,7 @@ elastic_plan plan_elastic(const elastic_model& model, const elastic_options& o, 
                      (ep.replanned && e > 0 ? model.replan_seconds : 0);
         ep.record = replan_record{e, frozen, shape.stages, shape.replicas, shape.microbatches, shape.layers.cuts,
                                   ep.cache == cache_use::read || ep.cache == cache_use::extend,
-                                  static_cast<double>(model.samples_per_epoch) / ep.seconds, std::nullopt};
+                                  static_cast<double>(model.samples_per_epoch) / ep.seconds, std::nullopt, {}};
         plan.seconds += ep.seconds;
         plan.epochs.push_back(std::move(ep));
     }

@@ -1,27 +1,20 @@
 #pragma once
-// Elastic pipelined training of the reference GPT (PipeTransformer): AutoFreeze freezes a prefix
-// of layers per interval, AutoPipe re-partitions the active layers and shortens the pipeline,
-// AutoDP turns the freed devices into data-parallel replicas, AutoCache keeps the frozen
-// prefix's outputs per sample. The planning is tpipe's (tpipe/elastic/: freeze policies,
-// partitioner, autopipe, replan_record); this file is the training side, on CPU threads (one
-// "device" per loop thread). The MPI variant is in train_gpt (--transport mpi).
+// Elastic pipelined training of the reference GPT (PipeTransformer) through tpipe's elastic
+// driver (tpipe/elastic/thread_driver.hpp): the GPT is a tpipe::elastic::freezable_model
+// (gpt/elastic_gpt.hpp) whose units are its layers, then the tail (final LayerNorm and LM head);
+// the driver freezes, re-cuts, adds replicas and caches. This file is the GPT's data, options
+// and the non-elastic reference every elastic run must equal bitwise. The MPI variant is in
+// train_gpt (--transport mpi).
 //
-// Semantics chosen (the paper leaves them open or does otherwise):
-// - The global batch is fixed: each step trains `batch` samples whatever the replica count,
-//   each of D replicas its batch / D share (tpipe::elastic::epoch_sampler). The paper keeps the
-//   per-pipeline batch and so grows the global batch with D, which changes the optimisation.
-// - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
-// - Freezing requires an untied LM head (the embedding freezes with layer 0; the head trains).
-#include <algorithm>
+// Freezing requires an untied LM head (the embedding freezes with layer 0; the head trains).
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <tpipe/elastic/cache.hpp>
-#include <tpipe/elastic/replan.hpp>
+#include <tpipe/elastic/driver_options.hpp>
+#include <tpipe/elastic/thread_driver.hpp>
 
 #include "gpt/model.hpp"
 
@@ -43,55 +36,23 @@ private:
     std::int64_t seq_len_, samples_;
 };
 
-//! Seconds per sample of each unit's (layer's, then the tail's) forward and backward, measured
-//! on one sample (gpt/elastic_plan.hpp: measure_units).
-struct unit_seconds {
-    std::vector<double> forward, backward;
-};
+//! Seconds per sample of each unit's (layer's, then the tail's) forward and backward.
+using unit_seconds = tpipe::elastic::unit_seconds;
+using interval_report = tpipe::elastic::interval_report;
+using tpipe::elastic::compute_threads;
 
-struct elastic_options {
-    int devices = 2;               //!< N: the starting pipeline's length, and the devices replicas may use
-    int batch = 8;                 //!< global batch: samples per step over every replica
-    std::int64_t steps = 0;        //!< steps to train
-    std::int64_t freeze_every = 0; //!< steps per freeze interval (0: one epoch)
-    double alpha = 1.0 / 3;        //!< freeze degree of the progressive policy
-    int max_frozen = -1;           //!< most layers that may freeze (-1: every layer; the head always trains)
-    bool autopipe = true;          //!< shorten the pipeline as layers freeze
-    bool autodp = true;            //!< freed devices become replicas
-    bool autocache = true;         //!< cache the frozen prefix's outputs
-    std::size_t cache_bytes = std::size_t{256} << 20;  //!< AutoCache's host budget (beyond it: disk)
-    int threads = 0;               //!< compute threads in all (0: hardware threads)
+//! The driver's options (units = layers; seq_len is the config's), plus the GPT's optimizer.
+//! `seed` seeds the weights and the sample order.
+struct elastic_options : tpipe::elastic::driver_options {
     adamw_options opt{};
-    std::uint64_t seed = 1;        //!< weights and sample order
-    unit_seconds measured{};       //!< the planner's unit times (empty: measured when training starts)
-    //! Tests: the frozen layer count of interval i given the previous one (replaces the policy).
-    std::function<int(int interval, int frozen)> freeze{};
+    //! TeraPipe inside the pipeline: token granularity of the slices (0: microbatches of whole
+    //! sequences). The per-layer token latencies are profiled when training starts unless
+    //! driver_options::slicing already holds them.
+    std::int64_t terapipe_granularity = 0;
 };
 
-//! Compute threads an elastic run uses in all: options::threads, or every hardware thread.
-inline int compute_threads(const elastic_options& o)
-{
-    return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-//! One interval: its plan and what it measured.
-struct interval_report {
-    tpipe::replan_record plan;     //!< epoch = interval index; measured_throughput in samples/s
-    std::int64_t first_step = 0, steps = 0;
-    std::vector<int> layer_cuts;   //!< the pipeline's layer cuts (from the frozen count to the layers)
-    double seconds = 0;            //!< training time of the interval's steps
-    double replan_seconds = 0;     //!< re-forming replicas, communicators and pipelines before it
-    double mean_loss = 0;
-    tpipe::elastic::cache_stats cache{};
-    std::int64_t rows_computed = 0, rows_extended = 0, rows_cached = 0;  //!< frozen-prefix rows by source
-};
-
-struct elastic_result {
-    std::vector<interval_report> intervals;
-    std::vector<float> weights;        //!< final weights (every replica holds them)
-    bool replicas_identical = true;    //!< after every step, every replica held replica 0's weights
-    bool replans_kept_weights = true;  //!< every re-plan left replica 0's weights and optimizer state bitwise unchanged
-    double seconds = 0;                //!< training, re-plans included
+struct elastic_result : tpipe::elastic::run_report {
+    std::vector<float> weights;  //!< final weights (every replica holds them)
 };
 
 //! Elastic training on threads. `on_interval` (optional) sees each interval when it ends.
@@ -99,9 +60,10 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
                              const std::function<void(const interval_report&)>& on_interval = {});
 
 //! The same training, non-elastic: one model, no pipeline, no cache, no re-plans; at each step
-//! the frozen prefix and the split of the batch into replicas and microbatches that `plan`
-//! recorded (the sum over replicas in rank order, then scaled by 1/D, as a rank-order
-//! all-reduce does). Elastic training must give these weights bitwise.
+//! the frozen prefix, the split of the batch into replicas and each replica's units (microbatches
+//! or token slices) that `plan` recorded, run in the order a pipeline stage runs them (the sum
+//! over replicas in rank order, then scaled by 1/D, as a rank-order all-reduce does). Elastic
+//! training must give these weights bitwise.
 std::vector<float> train_frozen_reference(const config& cfg, const window_dataset& data, const elastic_options& o,
                                           const std::vector<interval_report>& plan);
 

@@ -7,9 +7,7 @@
 //
 // AutoCache: with a tpipe::elastic::activation_cache, each sample's output is kept at its freeze
 // level; when more layers have frozen since (F_prev -> F), only layers [F_prev, F) run, on the
-// cached output. A sample's output is the same function of its tokens and the frozen weights
-// either way (the same per-layer forward on the same one-row input), so a run with the cache
-// equals a run without it bitwise.
+// cached output (tpipe::elastic::frozen_outputs decides; this class runs the layers).
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +15,7 @@
 #include <tuple>
 
 #include <tpipe/elastic/cache.hpp>
+#include <tpipe/elastic/frozen_outputs.hpp>
 
 #include "gpt/model.hpp"
 #include "gpt/pipeline.hpp"
@@ -40,15 +39,14 @@ public:
 
     //! Rows computed from the tokens, extended from a cached lower level, and served from the
     //! cache as they were, since construction.
-    struct counters {
-        std::int64_t full = 0, extended = 0, cached = 0;
-    };
+    using counters = tpipe::elastic::frozen_counters;
     const counters& count() const { return count_; }
 
-private:
-    //! One sample's output, from its tokens (from == 0) or from `x` at level `from`.
+    //! One sample's output (`one` has one row): layers [from, to) on `x`, or on its tokens (from
+    //! == 0, embeddings included). No cache.
     activation<T> run(const batch& one, activation<T> x, int from, int to);
 
+private:
     parameters<T>* params_;
     int threads_;
     cache_type* cache_;

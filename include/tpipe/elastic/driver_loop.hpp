@@ -1,0 +1,86 @@
+#pragma once
+// The elastic driver's loop, shared by every backend (replicas on threads, processes under MPI):
+// per interval, ask the planner for the frozen count and, when it changed, the new shape; have
+// the backend re-form itself; train the interval's steps; report. A backend:
+//
+//   bool reshape(const interval_shape&);   // freeze, re-form replicas/pipelines; true if replica
+//                                          // 0's trainable state came through bitwise to all
+//   double step(std::int64_t step);        // one training step; the mean loss
+//   bool replicas_identical();             // every replica holds replica 0's trainable state
+//   frozen_counters frozen_rows();         // frozen-prefix rows by source, so far
+//   cache_stats cache_stats();
+#include <algorithm>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+
+#include "tpipe/core/error.hpp"
+#include "tpipe/elastic/driver_options.hpp"
+#include "tpipe/elastic/frozen_outputs.hpp"
+#include "tpipe/elastic/shape_planner.hpp"
+
+namespace tpipe::elastic {
+
+template <class B>
+concept elastic_backend = requires(B& b, const interval_shape& s, std::int64_t step) {
+    { b.reshape(s) } -> std::convertible_to<bool>;
+    { b.step(step) } -> std::convertible_to<double>;
+    { b.replicas_identical() } -> std::convertible_to<bool>;
+    { b.frozen_rows() } -> std::convertible_to<frozen_counters>;
+    { b.cache_stats() } -> std::convertible_to<cache_stats>;
+};
+
+//! Trains o.steps steps of o.batch samples over `samples` samples per epoch on `be`.
+//! `on_interval` (optional) sees each interval when it ends.
+template <elastic_backend Backend>
+run_report run_intervals(std::int64_t samples, const driver_options& o, const shape_planner& planner, Backend& be,
+                         const std::function<void(const interval_report&)>& on_interval = {})
+{
+    using clock = std::chrono::steady_clock;
+    auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+    detail::require(o.steps >= 1, "elastic training needs at least 1 step, got " + std::to_string(o.steps));
+    const std::int64_t every = o.freeze_every > 0 ? o.freeze_every : samples / o.batch;
+    detail::require(every >= 1, "elastic training: " + std::to_string(samples) + " samples make no step of " +
+                                    std::to_string(o.batch));
+    run_report res;
+    interval_shape shape;
+    const auto t_run = clock::now();
+    for (int interval = 0; static_cast<std::int64_t>(interval) * every < o.steps; ++interval) {
+        const auto t_plan = clock::now();
+        const int frozen = planner.next_frozen(interval, shape.frozen);
+        const bool replan = interval == 0 || frozen != shape.frozen;
+        if (replan) {
+            shape = interval == 0 ? planner.initial() : planner.replan(frozen, shape.stages);
+            res.replans_kept_weights = be.reshape(shape) && res.replans_kept_weights;
+        }
+        interval_report rep;
+        rep.plan = shape.record(interval, o.autocache);
+        rep.stage_cuts = shape.stage_cuts;
+        rep.units = shape.units;
+        rep.replan_seconds = replan ? since(t_plan) : 0;
+        rep.first_step = interval * every;
+        rep.steps = std::min(every, o.steps - rep.first_step);
+        const frozen_counters rows_before = be.frozen_rows();
+        const auto t0 = clock::now();
+        double loss_sum = 0;
+        for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step) loss_sum += be.step(step);
+        rep.seconds = since(t0);
+        rep.mean_loss = loss_sum / static_cast<double>(rep.steps);
+        rep.plan.measured_throughput = static_cast<double>(rep.steps * o.batch) / rep.seconds;
+        res.replicas_identical = be.replicas_identical() && res.replicas_identical;
+        rep.cache = be.cache_stats();
+        const frozen_counters rows_after = be.frozen_rows();
+        rep.rows_computed = rows_after.full - rows_before.full;
+        rep.rows_extended = rows_after.extended - rows_before.extended;
+        rep.rows_cached = rows_after.cached - rows_before.cached;
+        if (on_interval) on_interval(rep);
+        res.intervals.push_back(std::move(rep));
+    }
+    res.seconds = since(t_run);
+    return res;
+}
+
+} // namespace tpipe::elastic

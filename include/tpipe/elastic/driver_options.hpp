@@ -1,0 +1,84 @@
+#pragma once
+// What the elastic driver is told (driver_options) and what it reports per interval
+// (interval_report) and per run (run_report). Shared by the thread driver
+// (tpipe/elastic/thread_driver.hpp) and process backends built on tpipe/elastic/driver_loop.hpp.
+//
+// Semantics (the paper leaves them open or does otherwise):
+// - The global batch is fixed: each step trains `batch` samples whatever the replica count, each
+//   of D replicas its batch / D share (epoch_sampler). The paper keeps the per-pipeline batch
+//   and so grows the global batch with D, which changes the optimisation.
+// - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "tpipe/elastic/cache.hpp"
+#include "tpipe/elastic/replan.hpp"
+#include "tpipe/plan/table_latency.hpp"
+#include "tpipe/slice/scheme.hpp"
+
+namespace tpipe::elastic {
+
+//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs).
+struct unit_seconds {
+    std::vector<double> forward, backward;
+};
+
+//! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's
+//! share of the batch into rows x token slices for the new pipeline's depth, on the latency of
+//! its slowest stage composed from the measured per-unit latencies below.
+struct token_slicing {
+    std::vector<table_latency> units;  //!< per pipelined unit: forward + backward of b rows, s tokens, c context
+    std::int64_t granularity = 1;      //!< token cuts are multiples of it
+};
+
+struct driver_options {
+    int devices = 2;               //!< N: the starting pipeline's length, and the devices replicas may use
+    int batch = 8;                 //!< global batch: samples per step over every replica
+    std::int64_t seq_len = 1;      //!< tokens per sample
+    std::int64_t steps = 0;        //!< steps to train
+    std::int64_t freeze_every = 0; //!< steps per freeze interval (0: one epoch)
+    double alpha = 1.0 / 3;        //!< freeze degree of the progressive policy
+    int max_frozen = -1;           //!< most units that may freeze (-1: every freezable unit)
+    bool autopipe = true;          //!< shorten the pipeline as units freeze
+    bool autodp = true;            //!< freed devices become replicas
+    bool autocache = true;         //!< cache the frozen prefix's outputs
+    std::size_t cache_bytes = std::size_t{256} << 20;  //!< AutoCache's host budget (beyond it: disk)
+    int threads = 0;               //!< compute threads in all (0: hardware threads)
+    std::uint64_t seed = 1;        //!< sample order (models may use it for their weights too)
+    unit_seconds measured{};       //!< the planner's unit times (the driver refuses to plan without them)
+    std::optional<token_slicing> slicing{};  //!< TeraPipe slices (none: microbatches of whole sequences)
+    //! Tests: the frozen unit count of interval i given the previous one (replaces the policy).
+    std::function<int(int interval, int frozen)> freeze{};
+};
+
+//! One interval: its plan and what it measured.
+struct interval_report {
+    replan_record plan;            //!< epoch = interval index; measured_throughput in samples/s
+    std::int64_t first_step = 0, steps = 0;
+    std::vector<int> stage_cuts;   //!< what the replicas built (stage_request::cuts)
+    tpipe::scheme units;           //!< each replica's units of one step
+    double seconds = 0;            //!< training time of the interval's steps
+    double replan_seconds = 0;     //!< re-forming replicas, communicators and pipelines before it
+    double mean_loss = 0;
+    cache_stats cache{};
+    std::int64_t rows_computed = 0, rows_extended = 0, rows_cached = 0;  //!< frozen-prefix rows by source
+};
+
+struct run_report {
+    std::vector<interval_report> intervals;
+    bool replicas_identical = true;    //!< after every interval, every replica held replica 0's trainable state
+    bool replans_kept_weights = true;  //!< every re-plan handed replica 0's trainable state over bitwise
+    double seconds = 0;                //!< training, re-plans included
+};
+
+//! The schedule the driver runs a scheme with: 1F1B over microbatches, TeraPipe's 1F1B over
+//! token slices (which keeps every microbatch's slices in causal order).
+inline const char* schedule_for(const tpipe::scheme& units)
+{
+    return units.max_slices() > 1 ? "terapipe-1f1b" : "1f1b";
+}
+
+} // namespace tpipe::elastic
