@@ -62,8 +62,9 @@ namespace detail {
 struct environment_options {
     //! Start the progress thread. Unset: only where this node has more cores than MPI processes,
     //! i.e. a core the thread does not take from a loop: with every core running a loop it cost
-    //! the libtorch trainer 25-30 % of its tokens/s (docs/libtorch.md, "MPI progress thread"),
-    //! while it moves rendezvous transfers over TCP during long computes (docs/communicators.md).
+    //! the libtorch trainer 29 % of its tokens/s in the run, though on an oversubscribed
+    //! node it doubled them (docs/libtorch.md, "MPI progress thread"); with a spare core it moves
+    //! rendezvous transfers over TCP during long computes (docs/communicators.md).
     std::optional<bool> progress;
     std::chrono::microseconds progress_interval{50};
 };
