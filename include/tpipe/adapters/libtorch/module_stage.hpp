@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <torch/autograd.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/nn.h>
 #include <torch/utils.h>
