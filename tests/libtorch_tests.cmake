@@ -8,12 +8,23 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
     TPIPE_TEST_CORPUS="${PROJECT_SOURCE_DIR}/examples/gpt/data/tiny_corpus.txt")
   add_test(NAME libtorch COMMAND tpipe_tests_libtorch)
   set_tests_properties(libtorch PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # Gradients on stage threads: tied parameters, leaves outside a stage's list, the slicing check.
+  add_executable(tpipe_tests_libtorch_grads libtorch/test_libtorch_grads.cpp)
+  target_link_libraries(tpipe_tests_libtorch_grads PRIVATE tpipe_catch_main tpipe_libtorch_gpt)
+  add_test(NAME libtorch_grads COMMAND tpipe_tests_libtorch_grads)
+  set_tests_properties(libtorch_grads PROPERTIES TIMEOUT 300 PROCESSORS 2)
 
   # The example end to end: token slices under ZB-H1 against plain libtorch; a bad flag refused.
   add_test(NAME libtorch_gpt_train
            COMMAND train_libtorch_gpt --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
-                   --stages 2 --schedule zb-h1 --slicer grid:2:8,4,4 --check --json)
+                   --stages 2 --schedule zb-h1 --slicer grid:2:8,4,4 --check-slicing --check --json)
   set_tests_properties(libtorch_gpt_train PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # A schedule with two stages per rank on a model cut for one per rank says how to cut it.
+  add_test(NAME libtorch_gpt_zbv_stages
+           COMMAND train_libtorch_gpt --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 1
+                   --stages 2 --schedule zb-v)
+  set_tests_properties(libtorch_gpt_zbv_stages PROPERTIES TIMEOUT 120
+                       PASS_REGULAR_EXPRESSION "program has 4 stages \\(2 on each of its 2 ranks\\) but the pipeline has 2; cut the model into 4 stages")
   add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
   set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
 
@@ -23,6 +34,13 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
                      --stages 2 --schedule zb-h1 --slicer grid:2:8,8 --check --json)
     set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+    # docs/libtorch.md's walk-through (tied head, ZB-H1): on two threads of one process (started
+    # without mpirun) and on two processes, each against the plain loop.
+    add_test(NAME libtorch_user_model_threads COMMAND libtorch_user_model --check)
+    add_test(NAME libtorch_user_model_mpi
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:libtorch_user_model> --check)
+    set_tests_properties(libtorch_user_model_threads libtorch_user_model_mpi PROPERTIES
+                         TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "check against the plain loop: MATCH")
   endif()
 endif()
 

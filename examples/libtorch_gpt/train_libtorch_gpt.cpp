@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +43,9 @@ const char* usage_text =
     "                    (mpirun -np P); none: plain libtorch, no tpipe\n"
     "  --threads N       libtorch intra-op threads per process (default: libtorch's)\n"
     "  --data FILE       training text, bytes are tokens (default: examples/gpt's tiny corpus)\n"
+    "  --check-slicing   first check that token slices give each stage's unsliced outputs (names the stage)\n"
+    "  --mpi-progress on|off   --transport mpi: the MPI progress thread (default: on only where the node\n"
+    "                    has more cores than processes)\n"
     "  --check           also train plain libtorch: losses and final weights must agree within --check-tol\n"
     "  --check-tol X     relative tolerance of --check (default 1e-5)\n"
     "  --json            one JSON summary line\n";
@@ -49,6 +53,7 @@ const char* usage_text =
 struct flags {
     libtorch_gpt::options o;
     bool check = false, json = false;
+    std::optional<bool> mpi_progress;
     double check_tol = 1e-5;
 };
 
@@ -79,7 +84,12 @@ flags parse(int argc, char** argv)
         else if (a == "--transport") f.o.transport = value();
         else if (a == "--threads") f.o.threads = to_int(a, value(), 1);
         else if (a == "--data") f.o.data = value();
-        else if (a == "--check") f.check = true;
+        else if (a == "--check-slicing") f.o.check_slicing = true;
+        else if (a == "--mpi-progress") {
+            const std::string v = value();
+            if (v != "on" && v != "off") throw usage_error("--mpi-progress takes on or off, got '" + v + "'");
+            f.mpi_progress = v == "on";
+        } else if (a == "--check") f.check = true;
         else if (a == "--check-tol") f.check_tol = to_double(a, value());
         else if (a == "--json") f.json = true;
         else throw usage_error("unknown flag '" + a + "'");
@@ -129,7 +139,7 @@ int main(int argc, char** argv)
         const flags f = parse(argc, argv);
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         if (f.o.transport == "mpi") {
-            tpipe::mpi::environment env(argc, argv);
+            tpipe::mpi::environment env(argc, argv, {.progress = f.mpi_progress});
             return run(f);
         }
 #endif

@@ -19,6 +19,7 @@
 #include <tpipe/slice/spec.hpp>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
+#include <tpipe/adapters/libtorch/process_sum.hpp>
 #include <tpipe/mpi/transport.hpp>
 #endif
 
@@ -158,6 +159,13 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
     tpipe::cpu_engine engine(over ? 1 : o.stages);  // under MPI this process runs one rank
     // [/snippet]
+    if (o.check_slicing) {  // token slices of the first unit against it unsliced, stage by stage
+        const tpipe::unit u = units.at(0, 0);
+        std::vector<std::int64_t> lengths;
+        for (int k = 0; k < units.slices(0); ++k) lengths.push_back(units.at(0, k).tokens());
+        auto ids = torch::arange(u.rows() * o.seq_len, torch::kLong).remainder(tr.cfg.vocab).view({u.rows(), o.seq_len});
+        tpipe::libtorch::check_token_slicing(pipe, ids, lengths);
+    }
     using pipe_t = decltype(pipe);
     using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
     constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
@@ -182,19 +190,11 @@ result pipelined(const options& o, trainer& tr, Transport* over)
         tr.optimizer->zero_grad();
         runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
         // [/snippet]
+        tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        if constexpr (!local) {
-            // Each process holds its stage's gradients (zeros elsewhere): summed, every process
-            // steps the whole model and keeps the same weights.
-            for (auto& p : tr.model->parameters()) {
-                if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-                tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, p.mutable_grad().data_ptr(),
-                                                static_cast<int>(p.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-                                  "MPI_Allreduce (gradients over the pipeline ranks)");
-            }
-            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
-                              "MPI_Allreduce (loss)");
-        }
+        // Each process holds its stage's gradients, and the last stage the loss: summed, every
+        // process steps the whole model and keeps the same weights.
+        if constexpr (!local) tpipe::libtorch::sum_over_processes(pipe, tr.model->parameters(), loss);
 #endif
         tr.optimizer->step();
         r.losses.push_back(loss);

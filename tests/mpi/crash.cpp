@@ -1,6 +1,7 @@
 // A process that dies mid-iteration, for tests/mpi/crash_check.sh: every process runs a 1F1B
 // pipeline over MPI (one rank each); the last one fails at the forward of microbatch 1 by
-// throwing, calling exit(3), or SIGKILL (argv[1]: throw | exit | kill). Each process prints
+// throwing, calling exit(3), or SIGKILL (argv[1]: throw | exit | kill; uncaught: throws, and
+// the error leaves main). Each process prints
 // what it saw; the check asserts that the job ends within the watchdog time, naming the rank.
 #include <csignal>
 #include <cstdlib>
@@ -53,6 +54,7 @@ int main(int argc, char** argv)
         std::cout << "process " << me << ": finished\n";
         return 0;
     } catch (const std::exception& e) {
+        if (how == "uncaught") throw;  // out of main: the environment ends the process with the message
         std::cout << "process " << me << ": " << e.what() << "\n" << std::flush;
         return 1;
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
 # within the watchdog time, and what it prints must name the failed rank.
-#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught
 set -u
 mpiexec=$1 flags=$2 exe=$3 how=$4
 start=$(date +%s)
@@ -18,6 +18,8 @@ case $how in
   throw) grep -q "process 0: the iteration failed on process 1 (replica 0): rank 1" <<<"$out" || fail "process 0 did not name rank 1"
          grep -q "process 1: rank 1 .*injected fault (throw)" <<<"$out" || fail "process 1 did not report its fault" ;;
   exit)  grep -Eq "rank 1|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the process that exited" ;;
+  uncaught) grep -q "process 1: uncaught: rank 1 .*injected fault (throw)" <<<"$out" || fail "process 1 did not print its error"
+            ! grep -q "Process received signal" <<<"$out" || fail "Open MPI's signal handler ran (std::abort)" ;;
   kill)  grep -Eq "rank 1 .*signal 9|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the killed process" ;;
 esac
 echo "crash_check: '$how' ok"

@@ -95,6 +95,12 @@ public:
         : eng_(eng), x_(&x), opts_(std::move(opts)), prog_(prog.lowered() ? prog : lower(prog))
     {
         const int stages = static_cast<int>(pipe.size());
+        if (prog_.stages() != stages && prog_.ranks > 0 && prog_.stages() > prog_.ranks)  // interleaved, zb-v, ...
+            throw invalid_program("the program has " + std::to_string(prog_.stages()) + " stages (" +
+                                  std::to_string(prog_.stages() / prog_.ranks) + " on each of its " +
+                                  std::to_string(prog_.ranks) + " ranks) but the pipeline has " +
+                                  std::to_string(stages) + "; cut the model into " + std::to_string(prog_.stages()) +
+                                  " stages for this schedule, or pick one with a stage per rank (1f1b, zb-h1, ...)");
         if (prog_.stages() != stages)
             throw invalid_program("the program has " + std::to_string(prog_.stages()) + " stages but the pipeline has " +
                                   std::to_string(stages) + "; build the schedule for " + std::to_string(stages) +

@@ -10,14 +10,23 @@
 // - Initialises MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE) and finalises it on destruction;
 //   if the program initialised MPI itself, it only checks the thread level and leaves
 //   finalisation to the program.
-// - Starts one tpipe::mpi::progress_thread (options::progress) and stops it before MPI_Finalize.
+// - Starts one tpipe::mpi::progress_thread (options::progress; by default only where the node
+//   has more cores than MPI processes) and stops it before MPI_Finalize.
+// - While it lives, an exception that leaves main (std::terminate) prints its message and ends
+//   the process with status 1 (mpirun then ends the job), instead of std::abort, which Open
+//   MPI's signal handler turns into a backtrace that hides the message.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/error.hpp, tpipe::mpi::check).
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/error.hpp"
@@ -25,9 +34,38 @@
 
 namespace tpipe::mpi {
 
+namespace detail {
+//! std::terminate after MPI_Init: the exception's message, then exit status 1 (no abort).
+[[noreturn]] inline void end_process_on_uncaught() noexcept
+{
+    std::string what = "std::terminate without an exception";
+    if (std::exception_ptr e = std::current_exception()) {
+        try {
+            std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+            what = x.what();
+        } catch (...) {
+            what = "an uncaught exception that is not a std::exception";
+        }
+    }
+    int me = -1, up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    std::fprintf(stderr, "process %d: uncaught: %s\n", me, what.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+}
+} // namespace detail
+
 //! What tpipe::mpi::environment starts besides MPI.
 struct environment_options {
-    bool progress = true;  //!< start the progress thread
+    //! Start the progress thread. Unset: only where this node has more cores than MPI processes,
+    //! i.e. a core the thread does not take from a loop: with every core running a loop it cost
+    //! the libtorch trainer 29 % of its tokens/s in the run, though on an oversubscribed
+    //! node it doubled them (docs/libtorch.md, "MPI progress thread"); with a spare core it moves
+    //! rendezvous transfers over TCP during long computes (docs/communicators.md).
+    std::optional<bool> progress;
     std::chrono::microseconds progress_interval{50};
 };
 
@@ -42,6 +80,7 @@ public:
     environment& operator=(const environment&) = delete;
     ~environment()
     {
+        std::set_terminate(previous_terminate_);
         progress_.reset();
         if (owns_) MPI_Finalize();
     }
@@ -75,7 +114,8 @@ private:
                                "built with thread support (Open MPI: --enable-mpi-thread-multiple, the default since 3.0)" +
                                (owns_ ? "" : ", and initialise it with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"));
         }
-        if (o.progress) progress_ = std::make_unique<progress_thread>(o.progress_interval);
+        if (o.progress.value_or(spare_core())) progress_ = std::make_unique<progress_thread>(o.progress_interval);
+        previous_terminate_ = std::set_terminate(&detail::end_process_on_uncaught);
     }
 
     static std::string level_name(int level)
@@ -88,9 +128,23 @@ private:
         }
     }
 
+    //! More cores on this node than MPI processes (mpirun may bind each to one core; the
+    //! thread then shares its rank's core, as measured).
+    static bool spare_core()
+    {
+        MPI_Comm node = MPI_COMM_NULL;
+        int here = 1;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+            MPI_Comm_size(node, &here);
+            MPI_Comm_free(&node);
+        }
+        return static_cast<int>(std::thread::hardware_concurrency()) > here;
+    }
+
     int provided_ = MPI_THREAD_SINGLE;
     bool owns_ = false;
     std::unique_ptr<progress_thread> progress_;
+    std::terminate_handler previous_terminate_ = nullptr;
 };
 
 } // namespace tpipe::mpi

@@ -1,0 +1,177 @@
+// The libtorch adapter's gradients on stage threads: tied parameters (one tensor in two stages)
+// summed in stage order, a leaf outside a stage's list refused under split backward, and
+// check_token_slicing naming a stage not prepared for token slices.
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+#undef CHECK  // Debian's libtorch brings glog's CHECK; the tests use Catch's
+#include <catch2/catch.hpp>
+
+#include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/exec/run.hpp>
+#include <tpipe/schedule/by_name.hpp>
+#include <tpipe/slice/spec.hpp>
+
+#include "gpt.hpp"
+
+namespace {
+
+using tpipe::libtorch::module_stage;
+constexpr std::int64_t V = 50, D = 16, B = 4, T = 12;
+
+//! A head whose weight is given (the embedding's own tensor: tied; or a copy: untied).
+struct HeadImpl : torch::nn::Module {
+    torch::Tensor weight;
+    explicit HeadImpl(torch::Tensor w) : weight(register_parameter("weight", std::move(w))) {}
+    torch::Tensor forward(torch::Tensor x) { return torch::matmul(torch::tanh(x), weight.t()); }
+};
+TORCH_MODULE(Head);
+
+//! Embedding, Linear | Linear, Head: stage 0 holds the embedding, stage 1 the head.
+torch::nn::Sequential make(bool tied)
+{
+    torch::manual_seed(7);
+    torch::nn::Embedding emb(V, D);
+    torch::Tensor w = tied ? emb->weight : emb->weight.detach().clone();
+    return torch::nn::Sequential(emb, torch::nn::Linear(D, D), torch::nn::Linear(D, D), Head(w));
+}
+
+struct batch {
+    torch::Tensor ids = torch::randint(V, {B, T}, torch::TensorOptions().dtype(torch::kLong).requires_grad(false));
+    torch::Tensor dy = torch::randn({B, T, V});  // the gradient of the loss sum(dy * logits)
+};
+
+void train(tpipe::uniform_pipeline<module_stage>& pipe, const std::string& schedule, const std::string& slicer,
+           const batch& b)
+{
+    const auto prog = tpipe::make_schedule(schedule).program(tpipe::topology{.ranks = 2},
+                                                             tpipe::scheme_from_spec(slicer, {B, T}));
+    tpipe::cpu_engine engine(2);
+    tpipe::io_for<tpipe::uniform_pipeline<module_stage>> io;
+    io.source = [&](const tpipe::unit& u) { return b.ids.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end); };
+    io.loss = [&](const tpipe::unit& u, torch::Tensor&&) {
+        return b.dy.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end).contiguous();
+    };
+    tpipe::run(pipe, prog, engine, io);
+}
+
+} // namespace
+
+TEST_CASE("a parameter tied between two stage threads gets both stages' gradients, summed in stage order",
+          "[libtorch]")
+{
+    torch::manual_seed(1);
+    const batch b;
+    const auto [schedule, slicer] = GENERATE(table<std::string, std::string>({
+        {"zb-h1", "microbatch:4"}, {"zb-h1", "grid:2:4,8"}, {"1f1b", "microbatch:4"}}));
+    CAPTURE(schedule, slicer);
+    // Untied: the embedding's and the head's gradients, each accumulated by one stage thread.
+    auto untied = make(false);
+    tpipe::uniform_pipeline<module_stage> upipe(tpipe::libtorch::cut(untied, {0, 2, 4}));
+    train(upipe, schedule, slicer, b);
+    const torch::Tensor g_emb = untied[0]->named_parameters()["weight"].grad();
+    const torch::Tensor g_head = untied[3]->named_parameters()["weight"].grad();
+    REQUIRE(g_emb.defined());
+    REQUIRE(g_head.defined());
+    for (int repeat = 0; repeat < 4; ++repeat) {  // the same bits whatever the threads' timing
+        auto tied = make(true);
+        std::vector<module_stage> stages = tpipe::libtorch::cut(tied, {0, 2, 4});
+        const torch::Tensor w = tied[0]->named_parameters()["weight"];
+        REQUIRE(stages[0].tied(0));
+        REQUIRE(stages[1].tied(stages[1].parameters().size() - 1));
+        tpipe::uniform_pipeline<module_stage> pipe(std::move(stages));
+        train(pipe, schedule, slicer, b);
+        tpipe::libtorch::sum_tied_gradients(pipe);
+        REQUIRE(w.grad().defined());
+        CAPTURE(repeat, (w.grad() - (g_emb + g_head)).abs().max().item<double>());
+        CHECK(torch::equal(w.grad(), g_emb + g_head));
+    }
+}
+
+TEST_CASE("tie() names the tied parameter and both stages; a run refuses to start with unsummed tied gradients",
+          "[libtorch]")
+{
+    auto tied = make(true);
+    std::vector<module_stage> stages = tpipe::libtorch::cut(tied, {0, 2, 4});
+    const auto lines = tpipe::libtorch::tie(stages);
+    REQUIRE(lines.size() == 1);
+    CHECK(lines[0] == "'0.weight': stage 0 (modules [0, 2), from torch::nn::EmbeddingImpl), stage 1 (modules [2, 4), "
+                      "from torch::nn::LinearImpl)");
+    tpipe::uniform_pipeline<module_stage> pipe(std::move(stages));
+    const batch b;
+    train(pipe, "zb-h1", "microbatch:2", b);
+    try {
+        train(pipe, "zb-h1", "microbatch:2", b);  // sum_tied_gradients forgotten
+        FAIL("the second run should have refused to start");
+    } catch (const tpipe::execution_error& e) {
+        CHECK_THAT(e.what(), Catch::Contains("tied parameter '0.weight'") && Catch::Contains("sum_tied_gradients"));
+    }
+}
+
+TEST_CASE("under split backward, a tensor a stage's graph reaches but its list lacks is refused by name", "[libtorch]")
+{
+    torch::manual_seed(2);
+    torch::nn::Sequential body(torch::nn::Embedding(V, D), torch::nn::Linear(D, D));
+    const torch::Tensor emb = body[0]->named_parameters()["weight"];
+    auto head = [emb](torch::Tensor x) { return torch::matmul(torch::tanh(x), emb.t()); };
+    const batch b;
+    {
+        std::vector<module_stage> stages;
+        stages.push_back(module_stage::of(body, "body"));
+        stages.emplace_back(head, std::vector<torch::Tensor>{}, "head");  // uses the embedding, lists nothing
+        tpipe::libtorch::tie(stages);
+        tpipe::uniform_pipeline<module_stage> pipe(std::move(stages));
+        try {
+            train(pipe, "zb-h1", "microbatch:2", b);
+            FAIL("the run should have refused the unlisted embedding weight");
+        } catch (const tpipe::execution_error& e) {
+            CHECK(e.stage() == 1);
+            CHECK_THAT(e.what(), Catch::Contains("head: its graph reaches the parameter '0.weight' of body") &&
+                                     Catch::Contains("would drop its gradient"));
+        }
+    }
+    // Listed by both stages (tied), the gradient is the plain one.
+    for (auto& p : body->parameters()) p.mutable_grad() = torch::Tensor();
+    std::vector<module_stage> stages;
+    stages.push_back(module_stage::of(body, "body"));
+    stages.emplace_back(head, std::vector<torch::Tensor>{emb}, "head");
+    CHECK(tpipe::libtorch::tie(stages).size() == 1);
+    tpipe::uniform_pipeline<module_stage> pipe(std::move(stages));
+    train(pipe, "zb-h1", "microbatch:2", b);
+    tpipe::libtorch::sum_tied_gradients(pipe);
+    const torch::Tensor piped = emb.grad().clone();
+    emb.mutable_grad() = torch::Tensor();
+    (torch::matmul(torch::tanh(body->forward(b.ids)), emb.t()) * b.dy).sum().backward();
+    CHECK(torch::allclose(piped, emb.grad(), 1e-5, 1e-6));
+}
+
+namespace {
+//! Positions without the slice's offset: right unsliced, wrong in token slices.
+struct PositionsImpl : torch::nn::Module {
+    torch::Tensor table = register_parameter("table", torch::randn({T, D}));
+    torch::Tensor forward(torch::Tensor x) { return x + table.slice(0, 0, x.size(1)); }
+};
+TORCH_MODULE(Positions);
+} // namespace
+
+TEST_CASE("check_token_slicing names the first stage whose token slices differ from the unsliced run", "[libtorch]")
+{
+    torch::manual_seed(3);
+    const torch::Tensor ids = torch::randint(V, {2, T}, torch::kLong);
+    torch::nn::Sequential unprepared(torch::nn::Embedding(V, D), torch::nn::Linear(D, D), Positions(),
+                                     torch::nn::Linear(D, V));
+    tpipe::uniform_pipeline<module_stage> bad(tpipe::libtorch::cut(unprepared, {0, 2, 4}));
+    CHECK_THROWS_WITH(tpipe::libtorch::check_token_slicing(bad, ids, {6, 3, 3}),
+                      Catch::StartsWith("stage 1 (modules [2, 4), from ") &&
+                          Catch::Contains("PositionsImpl) gives different outputs in token slices than unsliced, "
+                                          "from token 6 on") &&
+                          Catch::Contains("context_tokens()"));
+    CHECK_NOTHROW(tpipe::libtorch::check_token_slicing(bad, ids, {12}));  // one slice is the unsliced run
+    // The example's GPT (positions offset, attention through a kv_cache) passes.
+    const libtorch_gpt::config c{.vocab = V, .seq_len = T, .d_model = D, .heads = 2, .layers = 2};
+    auto gpt = libtorch_gpt::make_gpt(c);
+    tpipe::uniform_pipeline<module_stage> good(tpipe::libtorch::cut(gpt, {0, 2, 4}));
+    CHECK_NOTHROW(tpipe::libtorch::check_token_slicing(good, ids, {6, 3, 3}));
+}
+
