@@ -453,9 +453,12 @@ public:
         stats = runner_->run(r.model->io());
         const double mine = r.model->finish_step();
         std::vector<float> tied = r.state->tied_share();
-        std::vector<double> squares = r.state->squares();
+        std::vector<double> squares;
         tpipe::sync_wait(over_pipeline(tied, squares));
-        r.state->set_tied(tied);
+        r.state->set_tied(tied);  // before the squares: the embedding's slot counts e + h
+        squares = r.state->squares();
+        std::vector<float> none;
+        tpipe::sync_wait(over_pipeline(none, squares));
         r.state->step(squares);
         double sum = 0;
         tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
@@ -514,13 +517,14 @@ private:
 #endif
 
 //! The memory model's (tpipe/plan/memory_model.hpp) peak for this process: per stage here, fp32
-//! weights and gradients and AdamW's two moments (16 B a parameter) and every unit's activations
-//! alive at once, plus a fixed floor (docs/memory.md: the measured baseline RSS, thread stacks
-//! and BLAS buffers of train_gpt with a negligible model).
+//! weights and gradients, AdamW's two moments and its one-byte decay flag (17 B a parameter) and
+//! every unit's activations alive at once, plus a fixed floor: the peak RSS of train_gpt with a
+//! negligible model (binary, libraries, allocator, thread stacks, BLAS buffers; MPI's too under
+//! --transport mpi), measured in docs/memory.md.
 double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<replica>>& reps,
                             const tpipe::scheme& units)
 {
-    constexpr double floor_bytes = 24.0 * (1 << 20);
+    const double floor_bytes = (o.transport == "mpi" ? 17.0 : 10.0) * (1 << 20);
     const tpipe::transformer_shape shape{.layers = o.cfg.layers, .hidden = o.cfg.d_model, .heads = o.cfg.heads,
                                          .vocab = o.cfg.vocab};
     double bytes = floor_bytes;
@@ -531,7 +535,7 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
             // The CPU GPT's saves per layer, token and hidden unit: 16 floats from the forward
             // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
             // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
-            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = 8,
+            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = 9,
                                      .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
                                      .input_bytes = 4};
