@@ -94,6 +94,11 @@ void checkpointer::save(std::int64_t step, const parameters<float>& p, adamw<flo
             if (place_.my_rank >= 0 && r != place_.my_rank) continue;
             tpipe::state::shard_snapshot s("rank-" + std::to_string(r) + ".bin");
             const auto m_all = opt.first_moments(), v_all = opt.second_moments();
+            std::size_t bytes = 0;
+            for (const auto& t : p.lay.tensors)
+                if (place_.stage_rank[static_cast<std::size_t>(stage_of(t.name, place_.layer_cuts))] == r)
+                    bytes += static_cast<std::size_t>(t.size()) * sizeof(float) * (t.offset < opt.frozen() ? 1 : 3);
+            s.reserve(bytes);  // one copy of each byte: the snapshot is the pause a save puts into training
             for (const auto& t : p.lay.tensors) {
                 if (place_.stage_rank[static_cast<std::size_t>(stage_of(t.name, place_.layer_cuts))] != r) continue;
                 const auto n = static_cast<std::size_t>(t.size());

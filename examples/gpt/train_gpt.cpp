@@ -745,10 +745,12 @@ int train(const options& o)
                 << "; training diverged (lower --lr, now " << o.lr << ")";
             throw std::runtime_error(why.str());
         }
-        if (saver) {  // the snapshot is taken now; the disk writes overlap the next step
+        double save_s = 0;  // the pause of saving: commit of the previous save, snapshot
+        if (saver) {        // the snapshot is taken now; the disk writes overlap the next step
             const auto s0 = std::chrono::steady_clock::now();
             saver->after_step(step, reps.front()->params, reps.front()->opt, streams);
-            elapsed += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+            save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+            elapsed += save_s;
         }
         if (step == first_step) first_loss = loss;
         last_loss = loss;
@@ -768,6 +770,7 @@ int train(const options& o)
             tpipe::json::object line{{"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_step / dt},
                                      {"step_s", dt}, {"pipeline_s", stats.time}};
             if (ref) line["reference_loss"] = ref_loss;
+            if (saver) line["save_s"] = save_s;
             std::cout << tpipe::json::dump(tpipe::json::value(std::move(line))) << std::endl;
         } else {
             const double eta = elapsed / (step - first_step + 1) * (o.steps - step);

@@ -46,6 +46,9 @@ public:
         ranges_.push_back(std::move(r));
     }
 
+    //! Reserves room for `bytes` in all, so that adding copies each byte once.
+    void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
+
     const std::string& file() const { return file_; }
     std::size_t bytes() const { return bytes_.size(); }
     const std::vector<named_range>& ranges() const { return ranges_; }
