@@ -247,3 +247,26 @@ TEST_CASE("processes each write their own shard; the leader commits after the ba
     for (std::size_t i = 0; i < 30; ++i) CHECK(back[i] == w[i] + 3.0f);
     CHECK(checkpoint_directory(s.run()).committed() == std::vector<std::int64_t>{3});
 }
+
+TEST_CASE("a save missing a shard, or that cannot write, commits nothing", "[state]")
+{
+    scratch s("unwritable");
+    const auto w = iota_floats(10, 2.0f);
+    save(s.run(), 1, w);
+    {  // three shards expected (a process that never wrote its own): the leader refuses to commit
+        checkpoint_writer out({.root = s.run(), .shards = 3});
+        out.begin(base(2), two_shards(w));
+        CHECK_THROWS_AS(out.finish(), write_error);
+    }
+    checkpoint_directory d(s.run());
+    CHECK(d.committed() == std::vector<std::int64_t>{1});
+    // A root under a regular file cannot be created.
+    const std::string file = (s.root / "a_file").string();
+    std::ofstream(file) << "x";
+    checkpoint_writer bad({.root = file + "/run"});
+    shard_snapshot one("rank-0.bin");
+    one.add<float>("w", {10}, 0, std::span<const float>(w));
+    std::vector<shard_snapshot> mine;
+    mine.push_back(std::move(one));
+    CHECK_THROWS_WITH(bad.begin(base(1), std::move(mine)), Catch::Contains("cannot create the checkpoint directory"));
+}
