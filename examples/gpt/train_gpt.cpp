@@ -32,6 +32,7 @@
 #include <tpipe/slice/slicers.hpp>
 #include <tpipe/slice/spec.hpp>
 
+#include "checkpointing.hpp"
 #include "elastic_command.hpp"
 #include "gpt/compare.hpp"
 #include "gpt/fingerprint.hpp"
@@ -88,6 +89,7 @@ struct options {
     bool recompute = false;
     bool steps_given = false;
     gpt::elastic_command el;
+    gpt::checkpoint_flags ckpt;  // --save, --save-every, --keep, --resume
 };
 
 const char* usage_text =
@@ -138,6 +140,11 @@ const char* usage_text =
     "                    1e-5, the loss curve and final weights within --check-tol (exit status 3 if not)\n"
     "  --check-tol X     tolerance for the loss curve and final weights (default 1e-3; float rounding\n"
     "                    differences between slicings grow slowly over training steps)\n"
+    "  --save DIR        save checkpoints under DIR (DIR/step-NNNNNNNN/, committed by one atomic rename)\n"
+    "  --save-every N    --save: a checkpoint every N steps (written in the background during the next step)\n"
+    "  --keep K          --save: keep the newest K checkpoints (default 0: all)\n"
+    "  --resume DIR      continue from a checkpoint (DIR: one, or a --save directory: its newest) up to --steps;\n"
+    "                    --stages, --dp, --schedule, --slicer and --transport may differ from the saving run\n"
     "  --help            this text\n";
 
 //! Refuses a model whose weights, gradients and AdamW moments (16 bytes a parameter, per
@@ -218,6 +225,10 @@ options parse(int argc, char** argv)
         else if (f == "--json") o.json = true;
         else if (f == "--check") o.check = true;
         else if (f == "--check-tol") o.check_tol = to_double(f, value());
+        else if (f == "--save") o.ckpt.save = value();
+        else if (f == "--save-every") o.ckpt.every = to_int(f, value(), 1);
+        else if (f == "--keep") o.ckpt.keep = to_int(f, value(), 1);
+        else if (f == "--resume") o.ckpt.resume = value();
         else throw usage_error("unknown flag '" + f + "'");
     }
     // A default fits the other defaults: four microbatches, or one per sequence if fewer.
@@ -255,6 +266,12 @@ options parse(int argc, char** argv)
     if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
     if (o.recompute && (o.device != "cpu" || o.elastic))
         throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
+    if (given.count("--save") != given.count("--save-every"))
+        throw usage_error("--save DIR and --save-every N go together");
+    if (given.count("--keep") && !given.count("--save")) throw usage_error("--keep applies with --save");
+    for (const char* f : {"--save", "--resume"})
+        if (given.count(f) && (o.elastic || o.device != "cpu" || o.check))
+            throw usage_error(std::string(f) + " is not supported with --elastic, --device cuda or --check yet");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
     if (o.device == "cuda") {
@@ -404,6 +421,13 @@ public:
         transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
         replicas_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.rank, where.replica));
         pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.replica, where.rank));
+        world_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world());
+    }
+
+    //! Every process meets here (the checkpoint's commit waits for every shard).
+    void barrier()
+    {
+        tpipe::sync_wait([](tpipe::mpi::communicator& c) -> tpipe::task<void> { co_await c.barrier(); }(*world_));
     }
 
     //! Process 0's TeraPipe plan (and its objective), on every process.
@@ -510,7 +534,7 @@ private:
     using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
     int P_, D_;
     std::unique_ptr<tpipe::mpi::transport> transport_;
-    std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_;
+    std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_, world_;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
 };
@@ -760,7 +784,28 @@ int train(const options& o)
     tpipe::run_stats stats;
     std::vector<std::uint64_t> streams;  // every replica's data stream (all are needed by --check)
     for (int d = 0; d < D; ++d) streams.push_back(replica::data_seed(o, d));
-    for (int step = 1; step <= o.steps; ++step) {
+    int first_step = 1;
+    if (!o.ckpt.resume.empty()) {  // every replica here from the checkpoint; its data streams
+        gpt::training_position at;
+        for (auto& r : reps) at = gpt::load_checkpoint(o.ckpt.resume, o.cfg, {.lr = o.lr}, *r->state);
+        first_step = static_cast<int>(at.step) + 1;
+        for (int d = 0; d < D; ++d)
+            if (d < static_cast<int>(at.data_streams.size())) streams[d] = at.data_streams[d];
+            else for (std::int64_t k = 0; k < at.step; ++k) gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]);
+        if (speaks && !o.json) std::cout << "resumed from step " << at.step << " (" << o.ckpt.resume << ")\n";
+    }
+    std::unique_ptr<gpt::checkpointer> saver;
+    if (!o.ckpt.save.empty()) {
+        gpt::checkpoint_place place{.stage_rank = prog.stage_rank, .ranks = ranks, .my_rank = where.rank,
+                                    .writes = where.has_replica(0), .leader = speaks};
+#ifdef TPIPE_GPT_MPI
+        if (mpi) place.barrier = [&] { mpi->barrier(); };
+#endif
+        place.shape = tpipe::json::object{{"stages", stages}, {"ranks", ranks}, {"dp", D}, {"schedule", o.schedule},
+                                          {"units", describe(units)}, {"transport", o.transport}};
+        saver = std::make_unique<gpt::checkpointer>(o.ckpt, std::move(place), o.cfg, gpt::adamw_options{.lr = o.lr}, o.seed);
+    }
+    for (int step = first_step; step <= o.steps; ++step) {
         std::vector<gpt::batch> batches;
         for (int d = 0; d < D; ++d) batches.push_back(gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]));
         const auto t0 = std::chrono::steady_clock::now();
@@ -796,7 +841,14 @@ int train(const options& o)
                 << "; training diverged (lower --lr, now " << o.lr << ")";
             throw std::runtime_error(why.str());
         }
-        if (step == 1) first_loss = loss;
+        double save_s = 0;  // the pause of saving: commit of the previous save, snapshot
+        if (saver) {        // the snapshot is taken now; the disk writes overlap the next step
+            const auto s0 = std::chrono::steady_clock::now();
+            saver->after_step(step, *reps.front()->state, streams);
+            save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+            elapsed += save_s;
+        }
+        if (step == first_step) first_loss = loss;
         last_loss = loss;
         double ref_loss = 0;
         if (ref) {
@@ -808,15 +860,16 @@ int train(const options& o)
                 first_grad_err = gpt::relative_difference(whole_of(true), ref->grad);
             }
         }
-        const double tps = tokens_per_step * step / elapsed;
+        const double tps = tokens_per_step * (step - first_step + 1) / elapsed;
         if (!speaks) continue;
         if (o.json) {
             tpipe::json::object line{{"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_step / dt},
                                      {"step_s", dt}, {"pipeline_s", stats.time}};
             if (ref) line["reference_loss"] = ref_loss;
+            if (saver) line["save_s"] = save_s;
             std::cout << tpipe::json::dump(tpipe::json::value(std::move(line))) << std::endl;
         } else {
-            const double eta = elapsed / step * (o.steps - step);
+            const double eta = elapsed / (step - first_step + 1) * (o.steps - step);
             char buf[200];
             std::snprintf(buf, sizeof buf, "step %4d/%d  loss %.4f  %8.0f tok/s  ETA %s", step, o.steps, loss, tps,
                           clock_text(eta).c_str());
@@ -830,6 +883,7 @@ int train(const options& o)
                 std::cout << "\r\033[K" << buf << std::flush;
         }
     }
+    if (saver) saver->finish();
     std::string weights_fnv = gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
 #ifdef TPIPE_GPT_MPI
     if (mpi) {
@@ -847,12 +901,14 @@ int train(const options& o)
     }
     std::vector<double> sorted = iter_times;
     std::sort(sorted.begin(), sorted.end());
-    const double median_iter = sorted[sorted.size() / 2];
+    const double median_iter = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];  // empty: resumed at --steps
+    const int steps_run = o.steps - first_step + 1;  // fewer than --steps after a --resume
+    if (elapsed <= 0) elapsed = 1;                   // none ran (resumed at --steps): rates of 0, not 0/0
     tpipe::json::object summary{{"summary", true},
                                 {"steps", o.steps},
                                 {"first_loss", first_loss},
                                 {"last_loss", last_loss},
-                                {"tokens_per_s", tokens_per_step * o.steps / elapsed},
+                                {"tokens_per_s", tokens_per_step * std::max(0, steps_run) / elapsed},
                                 {"median_pipeline_s", median_iter},
                                 {"schedule", o.schedule},
                                 {"ranks", ranks},
@@ -901,7 +957,7 @@ int train(const options& o)
     if (o.json) {
         std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
     } else {
-        std::cout << "loss " << first_loss << " -> " << last_loss << "; " << tokens_per_step * o.steps / elapsed
+        std::cout << "loss " << first_loss << " -> " << last_loss << "; " << tokens_per_step * std::max(0, steps_run) / elapsed
                   << " tokens/s; median pipeline iteration " << median_iter * 1e3 << " ms";
         if (planned_T > 0) std::cout << " (planned " << planned_T * 1e3 << " ms, ratio " << median_iter / planned_T << ")";
         std::cout << "\n";

@@ -40,3 +40,5 @@
 #include "tpipe/sim/text_timeline.hpp"
 #include "tpipe/slice/slicers.hpp"
 #include "tpipe/slice/spec.hpp"
+#include "tpipe/state/checkpoint_reader.hpp"
+#include "tpipe/state/checkpoint_writer.hpp"

@@ -1,0 +1,80 @@
+// Checkpoint write bandwidth (tpipe/state) against a plain write + fsync of the same bytes on
+// the same disk, and the cost of the snapshot (the only part of a save that stops training).
+//   bench_state [--benchmark_...]        writes under $TPIPE_BENCH_DIR (default: the temp dir)
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <tpipe/state/checkpoint_writer.hpp>
+#include <tpipe/state/durable_file.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string bench_dir()
+{
+    const char* env = std::getenv("TPIPE_BENCH_DIR");
+    const fs::path p = fs::path(env ? env : fs::temp_directory_path().string()) /
+                       ("tpipe_bench_state_" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return p.string();
+}
+
+std::vector<float> state_of(std::int64_t mib) { return std::vector<float>(static_cast<std::size_t>(mib) << 18, 0.5f); }
+
+tpipe::state::shard_snapshot snapshot(const std::vector<float>& v, const std::string& file)
+{
+    tpipe::state::shard_snapshot s(file);
+    s.add<float>("param/w", {static_cast<std::int64_t>(v.size())}, 0, std::span<const float>(v));
+    return s;
+}
+
+//! A whole save: snapshot, shard write + fsync + checksum, manifest, rename, directory fsyncs.
+void BM_checkpoint_save(benchmark::State& st)
+{
+    const auto v = state_of(st.range(0));
+    const std::string dir = bench_dir();
+    tpipe::state::checkpoint_writer out({.root = dir, .keep = 1});
+    std::int64_t step = 0;
+    for (auto _ : st) {
+        tpipe::state::manifest m;
+        m.step = ++step;
+        std::vector<tpipe::state::shard_snapshot> mine;
+        mine.push_back(snapshot(v, "rank-0.bin"));
+        out.begin(std::move(m), std::move(mine));
+        out.finish();
+    }
+    st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(v.size() * sizeof(float)));
+    fs::remove_all(dir);
+}
+
+//! The same bytes written and fsynced as one plain file (what `dd conv=fsync` does).
+void BM_plain_write_fsync(benchmark::State& st)
+{
+    const auto v = state_of(st.range(0));
+    const std::string dir = bench_dir();
+    const auto bytes = std::as_bytes(std::span<const float>(v));
+    for (auto _ : st) tpipe::state::write_durably(dir + "/plain.bin", std::span<const std::span<const std::byte>>(&bytes, 1));
+    st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(bytes.size()));
+    fs::remove_all(dir);
+}
+
+//! The snapshot alone: the pause a save puts into training.
+void BM_snapshot(benchmark::State& st)
+{
+    const auto v = state_of(st.range(0));
+    for (auto _ : st) benchmark::DoNotOptimize(snapshot(v, "rank-0.bin"));
+    st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(v.size() * sizeof(float)));
+}
+
+} // namespace
+
+BENCHMARK(BM_checkpoint_save)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_plain_write_fsync)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_snapshot)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

@@ -1,0 +1,49 @@
+#pragma once
+// One job at a time on a thread of its own: a save's disk writes run there while training goes
+// on. wait() joins it and rethrows what the job threw, so a failed write is never lost.
+#include <exception>
+#include <functional>
+#include <thread>
+#include <utility>
+
+namespace tpipe::state {
+
+class background_writer {
+public:
+    background_writer() = default;
+    background_writer(const background_writer&) = delete;
+    background_writer& operator=(const background_writer&) = delete;
+    //! Joins a job still running (its error, if any, is dropped: call wait() to see it).
+    ~background_writer()
+    {
+        if (thread_.joinable()) thread_.join();
+    }
+
+    //! Starts `job` after the previous one finished (waiting for it, and rethrowing its error).
+    void start(std::function<void()> job)
+    {
+        wait();
+        thread_ = std::thread([this, job = std::move(job)] {
+            try {
+                job();
+            } catch (...) {
+                error_ = std::current_exception();
+            }
+        });
+    }
+
+    //! Blocks until the running job (if any) is done; rethrows its exception.
+    void wait()
+    {
+        if (thread_.joinable()) thread_.join();
+        if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    }
+
+    bool running() const { return thread_.joinable(); }
+
+private:
+    std::thread thread_;
+    std::exception_ptr error_;
+};
+
+} // namespace tpipe::state

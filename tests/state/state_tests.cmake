@@ -1,0 +1,21 @@
+# train_gpt's checkpoints end to end (the library's own tests are tests/state/test_*.cpp).
+# Included from tests/CMakeLists.txt; train_gpt is resolved by name when the build is generated.
+if(TPIPE_BUILD_EXAMPLES)
+  set(state_mpi_args)
+  if(TPIPE_ENABLE_MPI)
+    set(state_mpi_args ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+  endif()
+  # Resumed in the same shape and resharded (stages, schedule, threads <-> MPI): bitwise.
+  add_test(NAME state_resume_shapes
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/resume_shapes.sh $<TARGET_FILE:train_gpt> ${state_mpi_args})
+  set_tests_properties(state_resume_shapes PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # SIGKILLed at random steps and restarted until done: the uninterrupted run's weights.
+  add_test(NAME state_crash_threads
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> threads)
+  set_tests_properties(state_crash_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  if(TPIPE_ENABLE_MPI)
+    add_test(NAME state_crash_mpi
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> mpi ${state_mpi_args})
+    set_tests_properties(state_crash_mpi PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  endif()
+endif()
