@@ -22,6 +22,7 @@ struct options {
     std::string slicer = "microbatch:4";  //!< tpipe::scheme_from_spec
     int threads = 0;                    //!< libtorch intra-op threads per process (0: libtorch's default)
     std::string data;                   //!< training text (bytes are tokens)
+    int watchdog = 60;                  //!< seconds without progress before a step is stopped (0: never)
 };
 
 struct result {
