@@ -207,7 +207,9 @@ TEST_CASE("the text timeline stays bounded at any cost ratio, saying when it coa
         const auto text = text_timeline(sim.events, sim.ranks);
         CAPTURE(f);
         CHECK(text.size() < (std::size_t{3} << 20) / 2);
-        CHECK(text.rfind("(coarsened: one cell is ", 0) == 0);
+        // (At 1e100 a backward of 1 has no width next to the forwards' times: the grid is the
+        // forwards', a few columns, and needs no coarsening.)
+        if (f < 1e100) CHECK(text.rfind("(coarsened: one cell is ", 0) == 0);
         CHECK(text.find("rank 1") != std::string::npos);
     }
     // A denormal cost: the ratio is inf, which no size_t holds.
