@@ -25,9 +25,13 @@
 
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/checked.hpp>
+#include <tpipe/core/command_line.hpp>
+#include <tpipe/core/file.hpp>
+#include <tpipe/core/quote.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/plan/memory_model.hpp>
+#include <tpipe/exec/fingerprint.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 #include <tpipe/slice/spec.hpp>
@@ -37,6 +41,7 @@
 #include "gpt/compare.hpp"
 #include "gpt/fingerprint.hpp"
 #include "../common/flags.hpp"
+#include "../common/launch.hpp"
 #include "gpt/model.hpp"
 #include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
@@ -47,6 +52,7 @@
 #endif
 
 #ifdef TPIPE_GPT_MPI
+#include <tpipe/mpi/agree.hpp>
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/environment.hpp>
 #include <tpipe/mpi/transport.hpp>
@@ -88,6 +94,7 @@ struct options {
     bool elastic = false;
     bool recompute = false;
     bool steps_given = false;
+    int watchdog = 60;  // seconds without progress before a step is stopped (0: never)
     gpt::elastic_command el;
     gpt::checkpoint_flags ckpt;  // --save, --save-every, --keep, --resume
 };
@@ -135,6 +142,8 @@ const char* usage_text =
     "  --no-autopipe, --no-autodp, --no-autocache   --elastic ablations\n"
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
+    "  --watchdog S      stop a step that makes no progress for S seconds (a peer process stopped, a stage stuck),\n"
+    "                    naming what every rank waits for (default 60; 0: never)\n"
     "  --json            one JSON line per step (step, loss, tokens_per_s, ...) and a summary line\n"
     "  --check           also train the non-pipelined model: step 1's loss and gradients must match within\n"
     "                    1e-5, the loss curve and final weights within --check-tol (exit status 3 if not)\n"
@@ -167,7 +176,12 @@ void check_memory(const options& o)
         std::ostringstream why;
         why << std::setprecision(3) << "the model has " << params << " parameters: its weights, gradients and "
             << "optimizer state need " << need / (1 << 30) << " GiB, more than this machine's " << have / (1 << 30)
-            << " GiB (lower --layers, --d-model or --seq-len)";
+            << " GiB ("
+            << (o.dp > 1 && o.transport != "mpi" ? "every one of the --dp " + std::to_string(o.dp) +
+                                                       " replicas holds its own copy: lower --dp, or "
+                                                 : std::string())
+            << (o.check ? "drop --check, which trains a second copy, or " : "")
+            << "lower --layers, --d-model or --seq-len)";
         throw usage_error(why.str());
     }
 }
@@ -180,6 +194,9 @@ options parse(int argc, char** argv)
     o.cfg.heads = 4;
     o.cfg.seq_len = 128;
     std::set<std::string> given;  // each flag once: a repeated flag silently winning hides a typo
+    tpipe::command_line words(argc, argv);  // --flag=value is --flag value
+    argc = words.argc();
+    argv = words.argv();
     for (int i = 1; i < argc; ++i) {
         const std::string f = argv[i];
         if (f.rfind("--", 0) == 0 && !given.insert(f).second) throw usage_error(f + " is given twice; give it once");
@@ -212,7 +229,7 @@ options parse(int argc, char** argv)
         else if (f == "--recompute") o.recompute = true;
         else if (f == "--elastic") o.elastic = true;
         else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
-        else if (f == "--alpha") o.el.opts.alpha = to_double(f, value());
+        else if (f == "--alpha") o.el.opts.alpha = tpipe_examples::to_fraction(f, value());
         else if (f == "--freeze-every") o.el.opts.freeze_every = to_int(f, value(), std::int64_t{1});
         else if (f == "--epochs") o.el.epochs = to_int(f, value(), 1);
         else if (f == "--max-frozen") o.el.opts.max_frozen = to_int(f, value(), 0);
@@ -222,6 +239,7 @@ options parse(int argc, char** argv)
         else if (f == "--no-autocache") o.el.opts.autocache = false;
         else if (f == "--data") o.data = value();
         else if (f == "--trace") o.trace = value();
+        else if (f == "--watchdog") o.watchdog = to_int(f, value(), 0, 86400);
         else if (f == "--json") o.json = true;
         else if (f == "--check") o.check = true;
         else if (f == "--check-tol") o.check_tol = to_double(f, value());
@@ -272,10 +290,24 @@ options parse(int argc, char** argv)
     for (const char* f : {"--save", "--resume"})
         if (given.count(f) && (o.elastic || o.device != "cpu" || o.check))
             throw usage_error(std::string(f) + " is not supported with --elastic, --device cuda or --check yet");
+    if (given.count("--trace") && o.trace.empty()) throw usage_error("--trace needs a file name, got an empty one");
+    if (given.count("--threads")) tpipe_examples::check_threads(o.threads, 1);
+    if (o.elastic) {  // the elastic driver plans its own pipelines: nothing given may be ignored silently
+        for (const char* f : {"--schedule", "--stages", "--dp", "--trace", "--virtual", "--watchdog"})
+            if (given.count(f))
+                throw usage_error(std::string(f) + " does not apply with --elastic (it plans its pipelines itself: "
+                                  "--devices sets how many devices they use)");
+        if (given.count("--epochs") && given.count("--steps"))
+            throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
+    } else {
+        for (const char* f : {"--devices", "--alpha", "--freeze-every", "--epochs", "--max-frozen", "--cache-mb",
+                              "--no-autopipe", "--no-autodp", "--no-autocache"})
+            if (given.count(f)) throw usage_error(std::string(f) + " applies with --elastic");
+    }
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
     if (o.device == "cuda") {
-        for (const char* f : {"--dp", "--transport", "--threads", "--trace", "--elastic", "--devices", "--alpha",
+        for (const char* f : {"--dp", "--transport", "--threads", "--trace", "--watchdog", "--elastic", "--devices", "--alpha",
                               "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
                               "--no-autodp", "--no-autocache", "--granularity"})
             if (given.count(f)) throw usage_error(std::string(f) + " does not apply with --device cuda");
@@ -595,14 +627,35 @@ int train_on_cuda(const options& o, const std::string& text)
 #endif
 }
 
+//! Everything that decides what the processes of an MPI job compute, in a fixed order: the job
+//! ends on every process, naming the first field that differs, if they were launched differently.
+[[maybe_unused]] tpipe::fingerprint launch_fingerprint(const options& o, const std::string& text)
+{
+    tpipe::fingerprint f;
+    f.add("binary", tpipe_examples::executable_digest()).add("--layers", o.cfg.layers).add("--d-model", o.cfg.d_model);
+    f.add("--heads", o.cfg.heads).add("--seq-len", o.cfg.seq_len).add("--untied", !o.cfg.tied).add("--batch", o.batch);
+    f.add("--steps", o.steps).add("--steps given", o.steps_given).add("--lr", o.lr).add("--seed", o.seed);
+    f.add("--watchdog", o.watchdog).add("--stages", o.stages).add("--schedule", o.schedule).add("--virtual", o.virtual_stages);
+    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--device", o.device);
+    f.add("--precision", o.precision).add("--check", o.check).add("--check-tol", o.check_tol);
+    f.add("--elastic", o.elastic).add("--devices", o.el.opts.devices).add("--alpha", o.el.opts.alpha);
+    f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
+    f.add("--cache-mb", o.el.opts.cache_bytes).add("--no-autopipe", !o.el.opts.autopipe);
+    f.add("--no-autodp", !o.el.opts.autodp).add("--no-autocache", !o.el.opts.autocache);
+    f.add("--recompute", o.recompute).add("--save", o.ckpt.save).add("--save-every", o.ckpt.every);
+    f.add("--keep", o.ckpt.keep).add("--resume", o.ckpt.resume);
+    f.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");
+    return f;
+}
+
 int train(const options& o)
 {
-    std::ifstream in(o.data, std::ios::binary);
-    if (!in) {
-        std::cerr << "train_gpt: cannot read the data file '" << o.data << "'\n";
-        return 1;
-    }
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A regular file, read whole up to a bound (a FIFO or /dev/zero is refused, not waited on).
+    const std::string text = tpipe::read_file(o.data, "data file", std::uintmax_t{4} << 30);
+#ifdef TPIPE_GPT_MPI
+    // Before anything sized by the flags: every process must have been launched alike.
+    if (o.transport == "mpi") tpipe::mpi::agree(MPI_COMM_WORLD, launch_fingerprint(o, text).text(), "");
+#endif
     if (static_cast<std::int64_t>(text.size()) < o.cfg.seq_len + 1) {
         std::cerr << "train_gpt: the data file '" << o.data << "' has " << text.size()
                   << " bytes; --seq-len " << o.cfg.seq_len << " needs at least " << o.cfg.seq_len + 1 << "\n";
@@ -732,6 +785,11 @@ int train(const options& o)
     // Pipelines, runners and the data-parallel all-reduce of every replica here.
     tpipe::run_options ro;
     ro.trace = !o.trace.empty();
+    ro.watchdog = std::chrono::seconds(o.watchdog);
+    ro.on_stuck = [](const std::string& report) {  // a stage that never returns: this process cannot go on
+        std::cerr << "train_gpt: " << report << "\n";
+        std::_Exit(1);
+    };
     tpipe::cpu_engine engine(over_mpi ? 1 : ranks * D);
     std::vector<std::unique_ptr<tpipe::thread_group>> groups;  // replicas on threads: one group per stage
     if (!over_mpi && D > 1)
@@ -805,7 +863,19 @@ int train(const options& o)
                                           {"units", describe(units)}, {"transport", o.transport}};
         saver = std::make_unique<gpt::checkpointer>(o.ckpt, std::move(place), o.cfg, gpt::adamw_options{.lr = o.lr}, o.seed);
     }
+    const tpipe_examples::stop_request stop(!over_mpi);  // SIGINT/SIGTERM: stop at a step boundary
     for (int step = first_step; step <= o.steps; ++step) {
+        if (stop.requested()) {
+            const bool saves = saver && step - 1 >= first_step;  // the last step done is not lost
+            if (saves) {
+                saver->finish();
+                if ((step - 1) % o.ckpt.every != 0) saver->save(step - 1, *reps.front()->state, streams);
+                saver->finish();
+            }
+            std::cerr << "train_gpt: " << stop.name() << " received: stopped at the step boundary after step " << step - 1
+                      << " of " << o.steps << (saves ? ", saved in " + o.ckpt.save : std::string()) << "\n";
+            return 128 + stop.signal();
+        }
         std::vector<gpt::batch> batches;
         for (int d = 0; d < D; ++d) batches.push_back(gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]));
         const auto t0 = std::chrono::steady_clock::now();
@@ -892,12 +962,7 @@ int train(const options& o)
     }
 #endif
     if (!o.trace.empty() && speaks) {
-        std::ofstream tr(o.trace);
-        if (!tr) {
-            std::cerr << "train_gpt: cannot write the trace file '" << o.trace << "'\n";
-            return 1;
-        }
-        tr << stats.trace("train_gpt last step");
+        tpipe::write_file(o.trace, stats.trace("train_gpt last step"), "trace file");  // every write and the close checked
     }
     std::vector<double> sorted = iter_times;
     std::sort(sorted.begin(), sorted.end());
@@ -971,18 +1036,22 @@ int main(int argc, char** argv)
 {
     try {
         const options o = parse(argc, argv);
+        tpipe_examples::refuse_independent_copies("train_gpt", o.transport);
+        int status = 0;
 #ifdef TPIPE_GPT_MPI
         if (o.transport == "mpi") {
             tpipe::mpi::environment env(argc, argv);
-            return train(o);
-        }
+            status = train(o);
+        } else
 #endif
-        return train(o);
+            status = train(o);
+        tpipe::close_standard_output();  // what was printed must have arrived (a full disk, /dev/full)
+        return status;
     } catch (const usage_error& e) {
-        std::cerr << "train_gpt: " << e.what() << "\n(run train_gpt --help for the flags)\n";
+        std::cerr << "train_gpt: " << tpipe::printable(e.what()) << "\n(run train_gpt --help for the flags)\n";
         return 2;
     } catch (const std::exception& e) {
-        std::cerr << "train_gpt: " << e.what() << "\n";
+        std::cerr << "train_gpt: " << tpipe::printable(e.what()) << "\n";
         return 1;
     }
 }

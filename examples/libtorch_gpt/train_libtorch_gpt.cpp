@@ -10,14 +10,22 @@
 #include <iostream>
 #include <optional>
 #include <stdexcept>
+#include <set>
 #include <string>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
+#include <tpipe/mpi/agree.hpp>
 #include <tpipe/mpi/environment.hpp>
 #endif
 
 #include "../common/flags.hpp"
+#include "../common/launch.hpp"
 #include "training.hpp"
+
+#include <tpipe/core/command_line.hpp>
+#include <tpipe/core/file.hpp>
+#include <tpipe/core/quote.hpp>
+#include <tpipe/exec/fingerprint.hpp>
 
 #ifndef TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS
 #define TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
@@ -48,6 +56,8 @@ const char* usage_text =
     "                    has more cores than processes)\n"
     "  --check           also train plain libtorch: losses and final weights must agree within --check-tol\n"
     "  --check-tol X     relative tolerance of --check (default 1e-5)\n"
+    "  --watchdog S      stop a step that makes no progress for S seconds, naming what every rank waits for\n"
+    "                    (default 60; 0: never)\n"
     "  --json            one JSON summary line\n";
 
 struct flags {
@@ -61,8 +71,13 @@ flags parse(int argc, char** argv)
 {
     flags f;
     f.o.data = TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS;
+    std::set<std::string> given;  // each flag once: a repeated flag silently winning hides a typo
+    tpipe::command_line words(argc, argv);  // --flag=value is --flag value
+    argc = words.argc();
+    argv = words.argv();
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
+        if (a.rfind("--", 0) == 0 && !given.insert(a).second) throw usage_error(a + " is given twice; give it once");
         auto value = [&]() -> std::string {
             if (i + 1 >= argc) throw usage_error(a + " needs a value");
             return argv[++i];
@@ -91,10 +106,34 @@ flags parse(int argc, char** argv)
             f.mpi_progress = v == "on";
         } else if (a == "--check") f.check = true;
         else if (a == "--check-tol") f.check_tol = to_double(a, value());
+        else if (a == "--watchdog") f.o.watchdog = to_int(a, value(), 0, 86400);
         else if (a == "--json") f.json = true;
-        else throw usage_error("unknown flag '" + a + "'");
+        else throw usage_error("unknown flag " + tpipe::quote(a));
     }
+    // The same rules as train_gpt's: nothing given is silently ignored.
+    if (given.count("--check-tol") && !f.check) throw usage_error("--check-tol applies with --check");
+    if (f.o.transport == "none")
+        for (const char* g : {"--stages", "--schedule", "--slicer", "--watchdog"})
+            if (given.count(g))
+                throw usage_error(std::string(g) + " does not apply with --transport none (plain libtorch, no pipeline)");
+    if (f.o.transport != "none" && f.o.stages > f.o.layers)
+        throw usage_error("--stages " + std::to_string(f.o.stages) + " for " + std::to_string(f.o.layers) +
+                          " layers: every stage needs at least one layer (raise --layers)");
+    if (given.count("--threads")) tpipe_examples::check_threads(f.o.threads, 1);
     return f;
+}
+
+//! Everything that decides what the processes of an MPI job compute (see train_gpt).
+[[maybe_unused]] tpipe::fingerprint launch_fingerprint(const flags& f)
+{
+    const std::string text = tpipe::read_file(f.o.data, "data file", std::uintmax_t{4} << 30);
+    tpipe::fingerprint fp;
+    fp.add("binary", tpipe_examples::executable_digest()).add("--layers", f.o.layers).add("--d-model", f.o.d_model);
+    fp.add("--heads", f.o.heads).add("--seq-len", f.o.seq_len).add("--batch", f.o.batch).add("--steps", f.o.steps);
+    fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--schedule", f.o.schedule);
+    fp.add("--slicer", f.o.slicer).add("--check", f.check).add("--check-tol", f.check_tol);
+    fp.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");
+    return fp;
 }
 
 int run(const flags& f)
@@ -137,18 +176,21 @@ int main(int argc, char** argv)
 {
     try {
         const flags f = parse(argc, argv);
+        tpipe_examples::refuse_independent_copies("train_libtorch_gpt", f.o.transport);
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         if (f.o.transport == "mpi") {
             tpipe::mpi::environment env(argc, argv, {.progress = f.mpi_progress});
+            // Before the first step: every process must have been launched alike.
+            tpipe::mpi::agree(MPI_COMM_WORLD, launch_fingerprint(f).text(), "");
             return run(f);
         }
 #endif
         return run(f);
     } catch (const usage_error& e) {
-        std::cerr << "train_libtorch_gpt: " << e.what() << "\n(run train_libtorch_gpt --help for the flags)\n";
+        std::cerr << "train_libtorch_gpt: " << tpipe::printable(e.what()) << "\n(run train_libtorch_gpt --help for the flags)\n";
         return 2;
     } catch (const std::exception& e) {
-        std::cerr << "train_libtorch_gpt: " << e.what() << "\n";
+        std::cerr << "train_libtorch_gpt: " << tpipe::printable(e.what()) << "\n";
         return 1;
     }
 }

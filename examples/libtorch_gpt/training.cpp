@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/core/file.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
@@ -47,9 +50,7 @@ class corpus {
 public:
     corpus(const std::string& path, std::uint64_t seed) : rng_(seed)
     {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw std::runtime_error("cannot read the data file '" + path + "'");
-        text_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        text_ = tpipe::read_file(path, "data file", std::uintmax_t{4} << 30);  // a regular file, bounded
     }
     std::pair<torch::Tensor, torch::Tensor> batch(int rows, std::int64_t seq_len)
     {
@@ -170,8 +171,14 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
     constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
     std::unique_ptr<runner_t> runner;
-    if constexpr (local) runner = std::make_unique<runner_t>(pipe, prog, engine);
-    else runner = std::make_unique<runner_t>(pipe, prog, engine, *over);
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::seconds(o.watchdog);
+    opts.on_stuck = [](const std::string& report) {  // a stage that never returns: this process cannot go on
+        std::fprintf(stderr, "train_libtorch_gpt: %s\n", report.c_str());
+        std::_Exit(1);
+    };
+    if constexpr (local) runner = std::make_unique<runner_t>(pipe, prog, engine, opts);
+    else runner = std::make_unique<runner_t>(pipe, prog, engine, *over, opts);
 
     result r;
     auto t0 = std::chrono::steady_clock::now();

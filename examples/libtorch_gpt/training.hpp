@@ -23,6 +23,7 @@ struct options {
     int threads = 0;                    //!< libtorch intra-op threads per process (0: libtorch's default)
     std::string data;                   //!< training text (bytes are tokens)
     bool check_slicing = false;         //!< first check that token slices give the unsliced outputs
+    int watchdog = 60;                  //!< seconds without progress before a step is stopped (0: never)
 };
 
 struct result {

@@ -99,3 +99,16 @@ TEST_CASE("partition refuses impossible shapes and bad costs with a reason")
     CHECK_THROWS_WITH(tpipe::priced_partition(c, {0, 1, 3}, 1), Catch::Contains("frozen prefix"));
     CHECK(tpipe::priced_partition(c, {0, 2, 3}, 1, 0.5).stage_costs == std::vector<double>{2.5, 3});
 }
+
+TEST_CASE("partition refuses costs whose sum is not finite and searches too large to finish, before the work",
+          "[elastic][partition]")
+{
+    const std::vector<double> huge{1, 1e308, 1e308};
+    CHECK_THROWS_WITH(tpipe::partition_layers(huge, 2), Catch::Contains("the costs add up to more than a double holds"));
+    const std::vector<double> many(50'000, 1.0);
+    CHECK_THROWS_WITH(tpipe::partition_layers(many, 1000),
+                      Catch::Contains("50000 units x 1000 stages is about 1250000000000 steps of the exact search"));
+    // At the limit's scale but inside it, the search runs.
+    const std::vector<double> fine(2000, 1.0);
+    CHECK(tpipe::partition_layers(fine, 4).max_stage_cost == 500);
+}

@@ -23,6 +23,83 @@ def rows(markdown):
             yield m.group("cls"), m.group("cmd"), m.group("msg")
 
 
+def json_documents(block):
+    """The top-level JSON values of a ```json block, one after another."""
+    decoder, at, out = json.JSONDecoder(), 0, []
+    while True:
+        while at < len(block) and block[at].isspace():
+            at += 1
+        if at >= len(block):
+            return out
+        value, at = decoder.raw_decode(block, at)
+        out.append(value)
+
+
+def check_doc_models(root, plan):
+    """Every latency model shown in docs/*.md loads and plans (a documented example must work)."""
+    import glob
+    import os
+    import tempfile
+    bad = 0
+    for doc in sorted(glob.glob(f"{root}/docs/*.md")):
+        with open(doc, encoding="utf-8") as f:
+            blocks = re.findall(r"```json\n(.*?)```", f.read(), re.S)
+        for block in blocks:
+            for model in json_documents(block):
+                if not isinstance(model, dict) or model.get("kind") not in ("polynomial", "table", "analytic"):
+                    continue
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                    json.dump(model, f)
+                try:
+                    run = subprocess.run([plan, "slice", "--model", f.name, "--stages", "2", "--seq-len", "256",
+                                          "--granularity", "128"], cwd=root, capture_output=True, timeout=120)
+                finally:
+                    os.unlink(f.name)
+                if run.returncode != 0:
+                    print(f"FAIL {os.path.basename(doc)}: the documented model {json.dumps(model)[:80]}... does not "
+                          f"plan: {run.stderr.decode('utf-8', 'replace').strip()}")
+                    bad += 1
+    return bad
+
+
+def check_environment_rows(root, plan, gpt):
+    """Refusals that depend on what a command line cannot show: the environment, where stdout goes,
+    bytes a terminal would obey."""
+    import os
+    bad = 0
+
+    def expect(what, run, needle):
+        nonlocal bad
+        err = run.stderr.decode("utf-8", "replace")
+        if run.returncode == 0 or needle not in err:
+            print(f"FAIL {what}\n  exit status {run.returncode}\n  expected: {needle}\n  got:      {err.strip()[:300]}")
+            bad += 1
+        return err
+
+    # One of several processes an MPI launcher started, without --transport mpi.
+    env = dict(os.environ, OMPI_COMM_WORLD_SIZE="2")
+    expect("train_gpt under mpirun without --transport",
+           subprocess.run([gpt, "--steps", "1"], cwd=root, env=env, capture_output=True, timeout=120),
+           "train_gpt: this train_gpt is one of 2 processes started by a launcher (OMPI_COMM_WORLD_SIZE=2), but "
+           "--transport is threads: every process would train its own model independently; add --transport mpi, "
+           "or start one process")
+    # Standard output that cannot be written (a full disk): an error, not exit status 0.
+    with open("/dev/full", "w") as full:
+        expect("tpipe-plan simulate > /dev/full",
+               subprocess.run([plan, "simulate", "--schedule", "1f1b"], cwd=root, stdout=full, stderr=subprocess.PIPE,
+                              timeout=60),
+               "tpipe-plan simulate: failed while writing the standard output: No space left on device")
+    # An escape sequence in a value is shown escaped, never sent to the terminal.
+    err = expect("tpipe-plan simulate --schedule 1f1b<ESC>[2J",
+                 subprocess.run([plan, "simulate", "--schedule", "1f1b\x1b[2J\r"], cwd=root, capture_output=True,
+                                timeout=60),
+                 'unknown schedule "1f1b\\x1b[2J\\r"')
+    if "\x1b" in err or "\r" in err:
+        print(f"FAIL the escape sequence reached the terminal: {err!r}")
+        bad += 1
+    return bad
+
+
 def main():
     root, plan, gpt = sys.argv[1:4]
     programs = {"tpipe-plan": plan, "train_gpt": gpt}
@@ -59,6 +136,8 @@ def main():
     except ValueError as e:
         print(f"FAIL validate --json on a file that is not UTF-8 printed something that is not JSON: {e}: {out!r}")
         bad += 1
+    bad += check_doc_models(root, plan)
+    bad += check_environment_rows(root, plan, gpt)
     print(f"docs/errors.md: {len(table) - bad} of {len(table)} refusals print the documented message")
     return 1 if bad else 0
 

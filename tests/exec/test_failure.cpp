@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "pipes.hpp"
 #include "tpipe/exec/run.hpp"
@@ -177,4 +180,86 @@ TEST_CASE("a runner is exact again after a failed iteration (what the failure le
         CHECK(synth::states_of(pipe) == want.states);
         CHECK(stats.actions == r.lowered_program().size());
     }
+}
+
+namespace {
+//! A stage whose forward of microbatch 1 on stage 1 does not return until `release` is set.
+struct blocking_stage {
+    using input = double;
+    using output = double;
+    std::atomic<bool>* release = nullptr;
+    int index = 0;
+    std::atomic<bool>* entered = nullptr;  //!< set when the forward starts blocking
+    double forward(const tpipe::unit& u, double x)
+    {
+        if (index == 1 && u.microbatch == 1) {
+            if (entered) *entered = true;
+            while (!release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return x + 1;
+    }
+    double backward(const tpipe::unit&, double g) { return g; }
+};
+} // namespace
+
+TEST_CASE("the watchdog reports a stage function that never returns, naming rank, stage, action and unit",
+          "[exec][failure][watchdog]")
+{
+    std::atomic<bool> release{false};
+    tpipe::uniform_pipeline<blocking_stage> pipe(
+        std::vector<blocking_stage>{blocking_stage{&release, 0}, blocking_stage{&release, 1}});
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{2}, tpipe::microbatches(3));
+    tpipe::cpu_engine eng(2);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = [](const tpipe::unit&) { return 0.0; };
+    tpipe::run_options opts;
+    opts.watchdog = std::chrono::milliseconds(200);
+    std::string stuck;
+    int calls = 0;
+    opts.on_stuck = [&](const std::string& report) {  // the compute cannot be cancelled: told, then released
+        stuck = report;
+        ++calls;
+        release = true;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        tpipe::run(pipe, prog, eng, io, opts);
+        FAIL("run did not throw");
+    } catch (const tpipe::watchdog_error& e) {
+        CAPTURE(e.what());
+        CHECK(contains(e.what(), "rank 1 (device 1) is running at action #"));
+        CHECK(contains(e.what(), "of stage 1 '1F1' (microbatch 1, slice 0"));
+        CHECK(contains(e.what(), "(the stage function has not returned)"));
+    }
+    CHECK(calls == 1);
+    CAPTURE(stuck);
+    CHECK(contains(stuck, "of stage 1 '1F1' (microbatch 1"));
+    CHECK(contains(stuck, "run() returns (throwing this error) once the stage function does"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
+
+TEST_CASE("two threads calling run on one runner at once: the second is refused, naming the runner",
+          "[exec][failure]")
+{
+    std::atomic<bool> release{false}, entered{false};
+    tpipe::uniform_pipeline<blocking_stage> pipe(std::vector<blocking_stage>{
+        blocking_stage{&release, 0, nullptr}, blocking_stage{&release, 1, &entered}});
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{2}, tpipe::microbatches(3));
+    tpipe::cpu_engine eng(2);
+    tpipe::runner r(pipe, prog, eng);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = [](const tpipe::unit&) { return 0.0; };
+    std::thread first([&] { r.run(io); });  // blocks in stage 1's forward of microbatch 1 until released
+    while (!entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::string message;
+    try {
+        r.run(io);
+    } catch (const tpipe::error& e) {
+        message = e.what();
+    }
+    release = true;
+    first.join();
+    CAPTURE(message);
+    CHECK(contains(message, "this runner (2 stages on 2 ranks, 3 units) is already running an iteration on another thread"));
+    CHECK_NOTHROW(r.run(io));  // usable again once the first run returned
 }

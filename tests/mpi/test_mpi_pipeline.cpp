@@ -12,7 +12,9 @@
 #include "mpi_suite.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/transport.hpp"
+#include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 
@@ -150,8 +152,57 @@ TEST_CASE("processes that build different programs are refused before the first 
         message = e.what();
     }
     CAPTURE(message);
-    REQUIRE(tpipe_test::every_process(message.find("the processes run different configurations") != std::string::npos &&
-                                      message.find("process " + std::to_string(n - 1) + " has") != std::string::npos));
+    REQUIRE(tpipe_test::every_process(message.find("launched with different configurations: units is") != std::string::npos &&
+                                      message.find("on process " + std::to_string(n - 1)) != std::string::npos));
+}
+
+TEST_CASE("processes launched with different flags are refused on every process, naming the field and the processes",
+          "[mpi][failure]")
+{
+    const int n = world_size();
+    if (n < 2) return;
+    // The last process was started with --layers 2, the others with --layers 4 (an MPMD launch).
+    const int layers = world_rank() == n - 1 ? 2 : 4;
+    const auto text = tpipe::fingerprint().add("binary", "same").add("--layers", layers).add("--lr", 1e-3).text();
+    std::string message;
+    try {
+        tpipe::mpi::agree(MPI_COMM_WORLD, text, "train");
+    } catch (const tpipe::invalid_argument& e) {
+        message = e.what();
+    }
+    CAPTURE(message);
+    const std::string others = n == 2 ? "process 0" : "processes 0, 1" + std::string(n > 3 ? ", 2" : "");
+    REQUIRE(tpipe_test::every_process(message == "train: the processes of this job were launched with different "
+                                                 "configurations: --layers is \"4\" on " + others + " and \"2\" on process " +
+                                                     std::to_string(n - 1) + " (every process must run the same binary "
+                                                     "with the same flags and data)"));
+    // Alike, the agreement passes and costs one collective.
+    REQUIRE_NOTHROW(tpipe::mpi::agree(MPI_COMM_WORLD, tpipe::fingerprint().add("--layers", 4).text()));
+}
+
+TEST_CASE("receives posted out of the peer's send order run correctly over MPI", "[mpi]")
+{
+    if (world_size() != 2) return;
+    const auto prog = tpipe::from_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0RECV_B1,0B0,0B1\n"
+                                      "1RECV_F1,1RECV_F0,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n");
+    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(2), 0);
+    auto pipe = synth::make_uniform<false>(2);
+    auto ref = synth::make_uniform<false>(2);
+    const auto want = synth::sequential(ref, prog.units);
+    tpipe::cpu_engine eng(1);
+    std::vector<synth::vec> outputs(static_cast<std::size_t>(prog.units.units()));
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+        outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
+        return synth::loss_grad(y);
+    };
+    tpipe::runner r(pipe, prog, eng, x);
+    r.run(io);
+    // The last stage runs on process 1: its outputs and both stages' states equal the sequential run's.
+    const bool ok = world_rank() == 1 ? outputs == want.outputs && synth::states_of(pipe)[1] == want.states[1]
+                                      : synth::states_of(pipe)[0] == want.states[0];
+    REQUIRE(tpipe_test::every_process(ok));
 }
 
 TEST_CASE("a stage that throws on one process stops every process with an error naming it", "[mpi][failure]")

@@ -198,3 +198,24 @@ TEST_CASE("interleaved zero-bubble fills interleaved 1F1B's bubble with W's", "[
                 CHECK(zb.makespan < il.makespan);
             }
 }
+
+TEST_CASE("the text timeline stays bounded at any cost ratio, saying when it coarsens", "[sim][export][text]")
+{
+    const auto prog = one_f_one_b{}.program(topology{2}, microbatches(4));
+    for (double f : {1e6, 1e9, 1e100}) {  // backward costs 1, forward f: f columns without the cap
+        const auto sim = simulate(prog, uniform_costs{f, 1, 1, 0, 0});
+        const auto text = text_timeline(sim.events, sim.ranks);
+        CAPTURE(f);
+        CHECK(text.size() < (std::size_t{3} << 20) / 2);
+        // (At 1e100 a backward of 1 has no width next to the forwards' times: the grid is the
+        // forwards', a few columns, and needs no coarsening.)
+        if (f < 1e100) CHECK(text.rfind("(coarsened: one cell is ", 0) == 0);
+        CHECK(text.find("rank 1") != std::string::npos);
+    }
+    // A denormal cost: the ratio is inf, which no size_t holds.
+    const auto tiny = simulate(prog, uniform_costs{1e-320, 1, 1, 0, 0});
+    const auto text = text_timeline(tiny.events, tiny.ranks);
+    CHECK(text.rfind("(coarsened", 0) == 0);
+    CHECK(text.find("rank 0") != std::string::npos);
+    CHECK(text.find("rank 1") != std::string::npos);
+}

@@ -29,6 +29,10 @@ int compare_command(args& a)
     auto costs = read_costs(a, base);
     const auto svg_dir = a.value("--svg-dir");
     a.finish();
+    // The limit holds for the largest program compared (token slices and virtual stages expand
+    // it), checked before any is built.
+    for (const auto& name : schedule_names(true))
+        check_size(base, stages_per_rank(name, base.virtual_stages), name.rfind("terapipe-", 0) == 0 ? token_slices : 1);
     if (svg_dir) std::filesystem::create_directories(*svg_dir);
 
     struct row {

@@ -125,13 +125,14 @@ int run_command(args& a)
     const auto spin_us = a.value("--spin-us");
     if (!spin_us) throw invalid_argument("missing --spin-us U (busy time of every compute action, microseconds)");
     const double us = args::parse<double>("--spin-us", *spin_us, 0, 1e6);
-    const int devices = a.number<int>("--devices", opts.ranks, 1, max_ranks);
+    const int devices = a.number<int>("--devices", opts.ranks, 1, opts.ranks);  // a device beyond the ranks idles
     const int threads = a.number<int>("--threads", 0, 0, devices);
     const int iterations = a.number<int>("--iterations", 5, 1, 10'000);
     const auto idle_spin = a.value("--idle-spin-us");
     const bool as_json = a.flag("--json");
     const auto trace = a.value("--trace");
     a.finish();
+    distinct_outputs({{"--trace", trace}});
 
     const program prog = lower(build_program(opts));
     const simulation sim = simulate(prog, per_action_costs{us * 1e-6});

@@ -85,6 +85,7 @@ int simulate_command(args& a)
     const bool as_json = a.flag("--json"), lowered = a.flag("--lowered"), pytorch = a.flag("--pytorch");
     const auto trace = a.value("--trace"), svg = a.value("--svg"), csv = a.value("--csv");
     a.finish();
+    distinct_outputs({{"--trace", trace}, {"--svg", svg}, {"--csv", csv}});
     if ((lowered || pytorch) && !csv)
         throw invalid_argument(std::string(lowered ? "--lowered" : "--pytorch") +
                                " only changes what --csv writes; give --csv FILE too");

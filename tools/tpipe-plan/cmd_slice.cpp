@@ -243,7 +243,13 @@ int run_slice(tpipe::cli::args& a)
     }
     const auto uniform = tpipe::best_uniform(model, problem, plan.microbatches);
     const auto gpipe = tpipe::best_microbatch_only(model, problem);
-    const double speedup = plan.objective > 0 ? gpipe.objective / plan.objective : 1.0;
+    // A plan of no time compares with nothing (0/0 would print nan): a model that predicts 0 s
+    // for every slice is refused.
+    if (!(plan.objective > 0) || !(uniform.objective > 0) || !std::isfinite(gpipe.objective))
+        throw tpipe::invalid_argument("the latency model predicts " + std::to_string(plan.objective) +
+                                      " s for the whole plan (every slice costs nothing, or its terms cancel): no cut "
+                                      "is better than another; give a model whose slices take time");
+    const double speedup = gpipe.objective / plan.objective;
 
     if (as_json) {
         tpipe::json::array slices;

@@ -16,14 +16,17 @@ namespace {
 int validate_command(args& a)
 {
     if (a.flag("--help")) {
-        std::cout << "usage: tpipe-plan validate FILE.csv [--json]\n\n"
+        std::cout << "usage: tpipe-plan validate FILE.csv [--pytorch] [--json]\n\n"
                      "Reads a program in PyTorch's CSV dialect or tpipe's (one row per rank, comma-separated\n"
                      "actions such as 2F0, 1SEND_F1, 1WAIT_SEND_F1, 0REDUCE_GRAD, (0F3;3B1)OVERLAP_F_B, 0I3.2)\n"
                      "and checks it. Exit status 0: valid; 1: invalid or unreadable (the reason is printed).\n"
-                     "For its timeline and makespan: tpipe-plan simulate --program FILE.csv.\n";
+                     "For its timeline and makespan: tpipe-plan simulate --program FILE.csv.\n"
+                     "--pytorch: also for PyTorch's runtime, which pairs the messages between two ranks in\n"
+                     "posting order (tpipe's channels match them by unit, so tpipe runs any order that validates).\n";
         return 0;
     }
     const bool as_json = a.flag("--json");
+    const bool pytorch = a.flag("--pytorch");
     const auto path = a.positional();
     a.finish();
     if (!path) throw invalid_argument("missing FILE.csv (the program to validate)");
@@ -51,6 +54,9 @@ int validate_command(args& a)
     }
     const verdict v = check(p);
     if (!v.ok()) return report(false, explain(p, v), &p);
+    if (pytorch)
+        if (const std::string why = pytorch_order_problem(p); !why.empty())
+            return report(false, "not runnable by PyTorch: " + why, &p);
     return report(true,
                   "valid " + std::string(p.lowered() ? "lowered" : "compute-only") + " program: " +
                       std::to_string(p.ranks) + " ranks, " + std::to_string(p.stages()) + " stages, " +

@@ -4,6 +4,9 @@
 #include <iostream>
 
 #include "command.hpp"
+#include "tpipe/core/command_line.hpp"
+#include "tpipe/core/file.hpp"
+#include "tpipe/core/quote.hpp"
 
 int main(int argc, char** argv)
 {
@@ -19,15 +22,18 @@ int main(int argc, char** argv)
     }
     auto it = commands().find(argv[1]);
     if (it == commands().end()) {
-        std::cerr << "tpipe-plan: unknown command '" << argv[1] << "'\n\n";
+        std::cerr << "tpipe-plan: unknown command " << tpipe::quote(argv[1]) << "\n\n";
         usage(std::cerr);
         return 2;
     }
     try {
-        args a(std::vector<std::string>(argv + 2, argv + argc));
-        return it->second.run(a);
+        const tpipe::command_line words(argc, argv);  // --flag=value is --flag value
+        args a(std::vector<std::string>(words.words().begin() + 1, words.words().end()));
+        const int status = it->second.run(a);
+        tpipe::close_standard_output();  // what was printed must have arrived (a full disk, /dev/full)
+        return status;
     } catch (const std::exception& e) {
-        std::cerr << "tpipe-plan " << argv[1] << ": " << e.what() << "\n";
+        std::cerr << "tpipe-plan " << argv[1] << ": " << tpipe::printable(e.what()) << "\n";
         return 2;
     }
 }

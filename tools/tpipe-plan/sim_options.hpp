@@ -1,9 +1,15 @@
 #pragma once
 // Options shared by the commands that build and simulate a schedule (simulate, compare, run).
-#include <fstream>
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include "args.hpp"
+#include "tpipe/core/file.hpp"
+#include "tpipe/core/quote.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/sim/costs.hpp"
 #include "tpipe/slice/slicers.hpp"
@@ -42,6 +48,19 @@ inline std::string virtual_schedule_list()
     return out;
 }
 
+//! Refuses a program of more than max_computes stage computations, before it is built: every
+//! stage computes every unit, so the program has about stages x units x 3 actions.
+inline void check_size(const pipeline_options& o, int per_rank, int slices)
+{
+    const double computes = double(o.ranks) * per_rank * double(o.microbatches) * double(slices);
+    if (computes > max_computes)
+        throw invalid_argument("--stages " + std::to_string(o.ranks) + " x --microbatches " +
+                               std::to_string(o.microbatches) + " x --slices " + std::to_string(slices) +
+                               " (x stages per rank) is " + std::to_string(static_cast<long long>(computes)) +
+                               " stage computations; tpipe-plan builds at most " + std::to_string(max_computes) +
+                               " (about 400 MB and a second or two to simulate)");
+}
+
 //! Reads --schedule --stages --microbatches --virtual --slices, refusing values a schedule cannot use.
 inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
 {
@@ -67,15 +86,7 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
     } else if (need_schedule && o.schedule.rfind("terapipe-", 0) == 0) {
         throw invalid_argument(o.schedule + " pipelines token slices: give --slices S (slices per microbatch)");
     }
-    // Every stage computes every unit: the program has about stages x units x 3 actions.
-    const double computes = double(o.ranks) * (need_schedule ? stages_per_rank(o.schedule, o.virtual_stages) : 1) *
-                            double(o.microbatches) * double(o.slices);
-    if (computes > max_computes)
-        throw invalid_argument("--stages " + std::to_string(o.ranks) + " x --microbatches " +
-                               std::to_string(o.microbatches) + " x --slices " + std::to_string(o.slices) +
-                               " (x stages per rank) is " + std::to_string(static_cast<long long>(computes)) +
-                               " stage computations; tpipe-plan builds at most " + std::to_string(max_computes) +
-                               " (about 400 MB and a second or two to simulate)");
+    check_size(o, need_schedule ? stages_per_rank(o.schedule, o.virtual_stages) : 1, o.slices);
     return o;
 }
 
@@ -98,12 +109,28 @@ inline program build_program(const pipeline_options& o)
         .program(topology{o.ranks}, tpipe::microbatches(o.microbatches, o.slices));
 }
 
-inline void write_file(const std::string& path, const std::string& text)
+inline void write_file(const std::string& path, const std::string& text) { tpipe::write_file(path, text); }
+
+//! The output files of one command, before any work: each named (not ""), and no two the same
+//! file (the second would overwrite the first).
+inline void distinct_outputs(const std::vector<std::pair<std::string, std::optional<std::string>>>& outputs)
 {
-    std::ofstream out(path);
-    if (!out) throw error("cannot write '" + path + "'");
-    out << text;
-    if (!out) throw error("failed while writing '" + path + "'");
+    namespace fs = std::filesystem;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+        const auto& [flag, path] = outputs[i];
+        if (!path) continue;
+        if (path->empty()) throw invalid_argument(flag + " needs a file name, got an empty one");
+        for (std::size_t j = 0; j < i; ++j) {
+            const auto& [other, other_path] = outputs[j];
+            if (!other_path) continue;
+            std::error_code e1, e2;
+            const bool same = fs::weakly_canonical(*path, e1) == fs::weakly_canonical(*other_path, e2) ||
+                              *path == *other_path;
+            if (same)
+                throw invalid_argument(other + " and " + flag + " name the same file " + tpipe::quote(*path) +
+                                       "; the second would overwrite the first: give each its own file");
+        }
+    }
 }
 
 } // namespace tpipe::cli

@@ -16,8 +16,9 @@
 //   ever the base of an extension F_prev -> F, never read again), so the cache holds at most one
 //   payload per sample. A put at a lower level than the entry's is refused: freezing is monotone.
 // - Host memory first; an entry that would take the host bytes past options::host_bytes goes to
-//   a file of its own in a private directory (created on the first spill under
-//   options::spill_parent, removed with everything in it by the destructor).
+//   a private spill file (created on the first spill under options::spill_parent and unlinked
+//   at once, so that nothing is left on disk however the process ends: SIGINT, SIGTERM, SIGKILL;
+//   an entry keeps its place in the file when a deeper level of the same size replaces it).
 // - Thread-safe (one mutex): the replicas of one process share one cache, so a replica that takes
 //   over a sample after a re-shard finds what another computed.
 // - Across processes of one machine: with options::shared_directory, every entry is a file in
@@ -27,6 +28,7 @@
 //   operating system's page cache holds the files). The directory belongs to the caller, who
 //   creates it before and removes it after. Two processes must not put the same sample at the
 //   same time (training gives each sample of a step to one replica).
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +43,9 @@
 #include <system_error>
 #include <type_traits>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/payload_traits.hpp"
@@ -86,10 +91,7 @@ public:
     activation_cache& operator=(const activation_cache&) = delete;
     ~activation_cache()
     {
-        if (!dir_.empty() && opts_.shared_directory.empty()) {
-            std::error_code ec;
-            std::filesystem::remove_all(dir_, ec);  // nothing to report from a destructor
-        }
+        if (fd_ >= 0) ::close(fd_);
     }
 
     //! The entry of sample `id` (its level and a copy of its value), or nothing.
@@ -108,7 +110,8 @@ public:
         if (out.size() != e.size)
             throw error("activation_cache: the payload rebuilt from its header has " + std::to_string(out.size()) +
                         " bytes, but " + std::to_string(e.size) + " were stored");
-        if (e.on_disk) read_file(id, out, file_offset());
+        if (e.on_disk && opts_.shared_directory.empty()) read_spill(e.offset, out);
+        else if (e.on_disk) read_file(id, out, file_offset());
         else if (e.size) std::memcpy(out.data(), e.bytes.data(), e.size);
         return h;
     }
@@ -138,7 +141,8 @@ public:
             stats_.host_bytes += in.size();
             ++stats_.host_entries;
         } else {
-            write_file(id, level, e.head, in);
+            if (opts_.shared_directory.empty()) write_spill(e, in);
+            else write_file(id, level, e.head, in);
             e.on_disk = true;
             stats_.disk_bytes += in.size();
             ++stats_.disk_entries;
@@ -150,11 +154,11 @@ public:
         std::lock_guard lock(m_);
         return stats_;
     }
-    //! The spill directory (empty until the first spill).
+    //! Where the spill file was created (unlinked at once; empty until the first spill).
     std::filesystem::path spill_directory() const
     {
         std::lock_guard lock(m_);
-        return dir_;
+        return spill_parent_;
     }
 
 private:
@@ -163,6 +167,8 @@ private:
         header head{};
         std::size_t size = 0;
         bool on_disk = false;
+        std::uint64_t offset = 0;      //!< private spill: where its bytes are in the file
+        std::size_t capacity = 0;      //!< private spill: bytes reserved there
         std::vector<std::byte> bytes;  //!< host copy (empty on disk)
     };
 
@@ -170,7 +176,7 @@ private:
     {
         if (e.on_disk) {
             std::error_code ec;
-            std::filesystem::remove(file_of(id), ec);
+            if (!opts_.shared_directory.empty()) std::filesystem::remove(file_of(id), ec);
             stats_.disk_bytes -= e.size;
             --stats_.disk_entries;
         } else {
@@ -211,22 +217,58 @@ private:
         return entries_.emplace(id, std::move(e)).first;
     }
 
-    void make_directory()
+    //! The private spill file: created, then unlinked at once (it lives as long as fd_).
+    void open_spill()
     {
+        std::error_code ec;
         const std::filesystem::path parent =
-            opts_.spill_parent.empty() ? std::filesystem::temp_directory_path() : opts_.spill_parent;
+            opts_.spill_parent.empty() ? std::filesystem::temp_directory_path(ec) : opts_.spill_parent;
         std::string templ = (parent / "tpipe-cache-XXXXXX").string();
-        if (!::mkdtemp(templ.data()))
-            throw error("activation_cache: cannot create a spill directory under '" + parent.string() +
-                        "' (host budget of " + std::to_string(opts_.host_bytes) +
-                        " bytes exceeded); give cache_options::spill_parent a writable directory");
-        dir_ = templ;
+        const int fd = ::mkstemp(templ.data());
+        if (fd < 0)
+            throw error("activation_cache: cannot create a spill file in '" + parent.string() + "' (" +
+                        std::strerror(errno) + "; the host budget of " + std::to_string(opts_.host_bytes) +
+                        " bytes is exceeded): point TMPDIR (or cache_options::spill_parent) at a writable directory, "
+                        "or raise the host budget");
+        ::unlink(templ.c_str());
+        fd_ = fd;
+        spill_parent_ = parent;
+    }
+
+    //! The entry's bytes into the spill file: in its old place if they fit, else at the end.
+    void write_spill(entry& e, std::span<const std::byte> in)
+    {
+        if (fd_ < 0) open_spill();
+        if (in.size() > e.capacity) {
+            e.offset = spill_end_;
+            e.capacity = in.size();
+            spill_end_ += in.size();
+        }
+        std::size_t done = 0;
+        while (done < in.size()) {
+            const ssize_t n = ::pwrite(fd_, in.data() + done, in.size() - done, static_cast<off_t>(e.offset + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0)
+                throw error(std::string("activation_cache: cannot write the spill file in '") + spill_parent_.string() +
+                            "' (" + std::strerror(n < 0 ? errno : ENOSPC) + ")");
+            done += static_cast<std::size_t>(n);
+        }
+    }
+
+    void read_spill(std::uint64_t offset, std::span<std::byte> out) const
+    {
+        std::size_t done = 0;
+        while (done < out.size()) {
+            const ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) throw error("activation_cache: a spilled entry is short in the spill file");
+            done += static_cast<std::size_t>(n);
+        }
     }
 
     //! The entry's file: level, header, bytes; written under a temporary name, then renamed.
     void write_file(std::int64_t id, int level, const header& head, std::span<const std::byte> in)
     {
-        if (dir_.empty()) make_directory();
         const std::filesystem::path tmp = file_of(id).string() + ".tmp" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
         {
             std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -254,7 +296,10 @@ private:
     mutable std::mutex m_;
     std::map<std::int64_t, entry> entries_;
     cache_stats stats_;
-    std::filesystem::path dir_;
+    std::filesystem::path dir_;           //!< the shared directory
+    std::filesystem::path spill_parent_;  //!< where the private spill file was created
+    int fd_ = -1;                         //!< the private spill file (unlinked)
+    std::uint64_t spill_end_ = 0;
 };
 
 } // namespace tpipe::elastic

@@ -8,6 +8,8 @@
 #include <string>
 #include <type_traits>
 
+#include "tpipe/core/checked.hpp"
+#include "tpipe/core/file.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/elastic/elastic_model.hpp"
 
@@ -27,12 +29,17 @@ inline elastic_model elastic_model_from_json(const json::value& v)
     auto number = [&](const char* k, double& out) {
         if (v.contains(k)) out = v.at(k).as_number(k);
     };
+    // Whole numbers in their type's range, checked (1e30 or 4294967298 must not wrap, 1.7 must not truncate).
+    auto whole = [](const json::value& x, const std::string& what, auto& out) {
+        using T = std::remove_reference_t<decltype(out)>;
+        try {
+            out = checked_integer<T>("elastic model: \"" + what + "\"", x.as_number(what));
+        } catch (const invalid_argument& e) {
+            throw parse_error(e.what());
+        }
+    };
     auto integer = [&](const char* k, auto& out) {
-        if (!v.contains(k)) return;
-        const double d = v.at(k).as_number(k);
-        if (d != static_cast<double>(static_cast<long long>(d)))
-            throw parse_error(std::string("elastic model: \"") + k + "\" must be an integer");
-        out = static_cast<std::remove_reference_t<decltype(out)>>(d);
+        if (v.contains(k)) whole(v.at(k), k, out);
     };
     if (v.contains("name")) m.name = v.at("name").as_string("name");
     integer("layers", m.layers);
@@ -59,8 +66,13 @@ inline elastic_model elastic_model_from_json(const json::value& v)
         elastic_unit x;
         if (u.contains("name")) x.name = u.at("name").as_string("unit name");
         x.params = u.at("params").as_number("unit params");
-        x.block = static_cast<int>(u.at("block").as_number("unit block"));
-        if (u.contains("forward_seconds")) x.forward_seconds = u.at("forward_seconds").as_number("forward_seconds");
+        whole(u.at("block"), "block", x.block);
+        if (u.contains("forward_seconds")) {  // absent: derived from params; present: a time, so >= 0
+            x.forward_seconds = u.at("forward_seconds").as_number("forward_seconds");
+            if (!(x.forward_seconds >= 0))
+                throw parse_error("elastic model unit: \"forward_seconds\" must be >= 0, got " +
+                                  std::to_string(x.forward_seconds) + " (leave it out to derive it from params)");
+        }
         m.units.push_back(std::move(x));
     }
     m.validate();
@@ -69,11 +81,7 @@ inline elastic_model elastic_model_from_json(const json::value& v)
 
 inline elastic_model load_elastic_model(const std::string& path)
 {
-    std::ifstream in(path);
-    if (!in) throw error("cannot read elastic model '" + path + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    auto m = elastic_model_from_json(json::parse(text.str()));
+    auto m = elastic_model_from_json(json::parse(read_file(path, "elastic model file")));
     if (m.name.empty()) m.name = path;
     return m;
 }

@@ -77,6 +77,12 @@ elastic_plan plan_elastic(const elastic_model& model, const elastic_options& o, 
 {
     model.validate();
     detail::require(o.epochs >= 1, "elastic: epochs must be >= 1, got " + std::to_string(o.epochs));
+    detail::require(o.epochs <= max_planned_epochs,
+                    "elastic: " + std::to_string(o.epochs) + " epochs; a plan covers at most " +
+                        std::to_string(max_planned_epochs) + " (one re-plan per epoch, and more than any training runs)");
+    detail::require(model.nodes <= o.devices, "elastic: the model spreads its cache over " + std::to_string(model.nodes) +
+                                                  " nodes, but the plan has " + std::to_string(o.devices) +
+                                                  " devices; a node holds at least one device (lower \"nodes\")");
     elastic_plan plan;
     plan.use = o.use;
     if (!plan.use.freeze) plan.use.autocache = false;  // nothing frozen, nothing to cache

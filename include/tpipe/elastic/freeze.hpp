@@ -124,11 +124,18 @@ private:
     fraction alpha_;
 };
 
+//! The most epochs a freeze schedule or an elastic plan covers: each epoch is an entry (and, for
+//! a plan, a re-plan), and no training runs anywhere near this many.
+inline constexpr int max_planned_epochs = 100'000;
+
 //! F for epochs 0..epochs-1 from a policy that needs no gradients (or treats none as none).
 template <freeze_policy P>
 std::vector<int> freeze_schedule(P& policy, int layers, int epochs, int max_frozen = -1)
 {
     detail::require(epochs >= 1, "freeze: epochs must be >= 1, got " + std::to_string(epochs));
+    detail::require(epochs <= max_planned_epochs,
+                    "freeze: " + std::to_string(epochs) + " epochs; a schedule is planned for at most " +
+                        std::to_string(max_planned_epochs) + " (one entry per epoch, and more than any training runs)");
     std::vector<int> out;
     int f = 0;
     for (int e = 0; e < epochs; ++e) {

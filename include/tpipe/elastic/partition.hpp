@@ -26,6 +26,9 @@ struct partition {
     int stages() const { return static_cast<int>(stage_costs.size()); }
 };
 
+//! The most steps partition_layers takes (stages x units^2 / 2): a few seconds.
+inline constexpr double max_partition_work = 2e9;
+
 namespace detail {
 inline void check_partition_input(std::span<const double> costs, int stages, int frozen, double lambda)
 {
@@ -43,6 +46,19 @@ inline void check_partition_input(std::span<const double> costs, int stages, int
                                       std::to_string(stages) + " active units, but only " + std::to_string(n - frozen) +
                                       " of " + std::to_string(n) + " are active (" + std::to_string(frozen) +
                                       " frozen); use fewer stages");
+    // Every stage cost is a sum of unit costs: the whole sum must stay finite, or "inf" would be
+    // printed as a result.
+    double total = 0;
+    for (int i = 0; i < n; ++i) total += (i < frozen ? lambda : 1.0) * costs[i];
+    require(std::isfinite(total), "partition: the costs add up to more than a double holds (above 1.8e308); "
+                                  "give them in a larger unit so that their sum is finite");
+    // The exact search tries every last cut for every stage and prefix: stages x n^2 / 2 steps.
+    const double work = double(stages) * double(n) * double(n) / 2;
+    require(work <= max_partition_work,
+            "partition: " + std::to_string(n) + " units x " + std::to_string(stages) + " stages is about " +
+                std::to_string(static_cast<long long>(work)) + " steps of the exact search (stages x units^2 / 2); "
+                "it does at most " + std::to_string(static_cast<long long>(max_partition_work)) +
+                " (a few seconds): group units into fewer, coarser ones, or use fewer stages");
 }
 } // namespace detail
 

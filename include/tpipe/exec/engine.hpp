@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -103,7 +104,17 @@ public:
         const int threads = o.threads == 0 ? default_threads(devices) : o.threads;
         const loop::options idle = o.idle ? *o.idle : default_loop_options(threads);
         loops_.reserve(static_cast<std::size_t>(threads));
-        for (int t = 0; t < threads; ++t) loops_.push_back(std::make_unique<loop_thread>(idle));
+        // A thread that cannot start (RLIMIT_NPROC, memory for its stack) is an error, not
+        // std::terminate: the loops started already stop and join as loops_ unwinds.
+        for (int t = 0; t < threads; ++t) {
+            try {
+                loops_.push_back(std::make_unique<loop_thread>(idle));
+            } catch (const std::system_error& e) {
+                throw error("cpu_engine: could not start loop thread " + std::to_string(t + 1) + " of " +
+                            std::to_string(threads) + " (" + e.what() + "); the process is at its limit of threads "
+                            "or memory (ulimit -u, ulimit -v): use fewer devices or threads");
+            }
+        }
     }
 
     int devices() const noexcept { return devices_; }

@@ -52,8 +52,16 @@ concept byte_payload =
         { payload_traits<T>::bytes(m) } -> std::same_as<std::span<std::byte>>;
     };
 
+namespace detail {
 template <class T>
-    requires std::is_trivially_copyable_v<T>
+inline constexpr bool holds_addresses =
+    std::is_pointer_v<T> || std::is_member_pointer_v<T> || std::is_null_pointer_v<T>;
+template <class>
+inline constexpr bool no_byte_form = false;
+} // namespace detail
+
+template <class T>
+    requires std::is_trivially_copyable_v<T> && (!detail::holds_addresses<T>)
 struct payload_traits<std::vector<T>> {
     struct header {
         std::uint64_t count;
@@ -72,6 +80,17 @@ struct payload_traits<std::vector<T>> {
     }
     static std::span<const std::byte> bytes(const std::vector<T>& v) { return std::as_bytes(std::span<const T>(v)); }
     static std::span<std::byte> bytes(std::vector<T>& v) { return std::as_writable_bytes(std::span<T>(v)); }
+};
+
+//! Pointers are trivially copyable, but their bytes mean nothing in another process: refused
+//! with a sentence where a transport needs the byte form.
+template <class T>
+    requires detail::holds_addresses<T>
+struct payload_traits<std::vector<T>> {
+    static_assert(detail::no_byte_form<T>,
+                  "tpipe::payload_traits<std::vector<T>>: T is a pointer; a pointer is an address in this process, "
+                  "and sent to another process it points nowhere. Send the values (std::vector<double>, not "
+                  "std::vector<double*>), or indices, or specialise tpipe::payload_traits for a type that owns them.");
 };
 
 } // namespace tpipe

@@ -134,11 +134,31 @@ auto pipeline(S&&... stages)
 template <class S>
 concept uniform_stage = stage<S> && std::is_same_v<stage_input_t<S>, stage_output_t<S>>;
 
-//! A chain of stages of one type, shaped at run time. S may be std::reference_wrapper<T>: the
-//! pipeline then uses the caller's objects in place.
+namespace detail {
+//! uniform_stage<S>, or a static_assert sentence naming what S lacks. Checked inside the class
+//! rather than as its constraint: a failed constraint makes the type unusable, and the compiler
+//! then adds errors about every use of it ("cannot convert ... to 'int'") after the sentence.
 template <class S>
-    requires uniform_stage<S>
+constexpr bool diagnose_uniform()
+{
+    if constexpr (uniform_stage<S>) {
+        return true;
+    } else {
+        if constexpr (diagnose_stage<stage_object_t<S>>())
+            static_assert(uniform_stage<S>, "tpipe::uniform_pipeline: the stage's output type must be its input type, "
+                                            "so that any number of them chain");
+        return false;
+    }
+}
+} // namespace detail
+
+//! A chain of stages of one type, shaped at run time. S may be std::reference_wrapper<T>: the
+//! pipeline then uses the caller's objects in place. S must model uniform_stage (checked with a
+//! sentence, see detail::diagnose_uniform).
+template <class S>
 class uniform_pipeline {
+    static_assert(detail::diagnose_uniform<S>());
+
 public:
     using input = stage_input_t<S>;
     using output = stage_output_t<S>;

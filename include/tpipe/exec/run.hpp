@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -54,6 +55,7 @@
 #include "tpipe/exec/detail/type_name.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/errors.hpp"
+#include "tpipe/exec/fingerprint.hpp"
 #include "tpipe/exec/pipeline.hpp"
 #include "tpipe/exec/reporting_engine.hpp"
 #include "tpipe/exec/run_options.hpp"
@@ -143,6 +145,15 @@ public:
         if (broken_)
             throw error("run: an earlier iteration failed across processes, so messages of it may still be in "
                         "flight; build a new transport and runner");
+        // One iteration at a time: the runner's storage, channels and counters are per iteration.
+        if (running_.exchange(true, std::memory_order_acquire))
+            throw error("run: this runner (" + std::to_string(bindings_.size()) + " stages on " + std::to_string(R_) +
+                        " ranks, " + std::to_string(U_) + " units) is already running an iteration on another "
+                        "thread; call run() on one thread at a time, or give each thread a runner of its own");
+        struct release_running {
+            std::atomic<bool>& flag;
+            ~release_running() { flag.store(false, std::memory_order_release); }
+        } released_at_exit{running_};
         // Holding a loop wakes it if it sleeps, so that it is spinning by the time the ranks are
         // posted (the wake-up overlaps the setup below). Each rank releases its hold when done.
         for (int r : local_ranks_) eng_.loop_of(device_[r]).hold();
@@ -184,6 +195,19 @@ public:
                                                                   [&](int r) { return tpipe::engine_waits(eng_, device_[r]); }))),
                           true);
                 return true;
+            },
+            [&] {  // a stage function that does not return: say so now, and tell the other processes
+                std::exception_ptr e;
+                {
+                    std::lock_guard<std::mutex> g(error_m_);
+                    e = error_;
+                }
+                const std::string report = detail::what_of(e) +
+                                           "; run() returns (throwing this error) once the stage function does";
+                x_->fail(report);
+                told_peers_ = true;
+                if (opts_.on_stuck) opts_.on_stuck(report);
+                else std::fprintf(stderr, "tpipe::run: %s\n", report.c_str());
             });
         // Every rank finished: nothing waits on the engine any more, so its cancellation (if
         // the iteration failed) must not outlive the iteration.
@@ -196,7 +220,7 @@ public:
         left_payloads_ = error_ != nullptr || (undelivered != 0 && all_local_);
         if (error_) {
             if (!all_local_) broken_ = true;
-            if (error_is_local_) x_->fail(detail::what_of(error_));
+            if (error_is_local_ && !told_peers_) x_->fail(detail::what_of(error_));
             std::rethrow_exception(error_);
         }
 
@@ -361,9 +385,14 @@ private:
                 for (char c : to_string(a) + ",") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
         std::string placement;
         for (int s : prog_.stage_rank) placement += std::to_string(s) + ",";
-        return "stages " + std::to_string(bindings_.size()) + ", ranks " + std::to_string(R_) + ", units " +
-               std::to_string(U_) + ", stage placement " + placement + " program hash " + std::to_string(h) +
-               ", payload types " + payload_names_;
+        return tpipe::fingerprint()
+            .add("stages", bindings_.size())
+            .add("ranks", R_)
+            .add("units", U_)
+            .add("stage placement", placement)
+            .add("program hash", h)
+            .add("payload types", payload_names_)
+            .text();
     }
 
     //! Per-iteration state back to the start: storage, channels, counters.
@@ -377,6 +406,7 @@ private:
         reset_cancel_computes(eng_);
         error_ = nullptr;
         error_is_local_ = false;
+        told_peers_ = false;
         if (opts_.after_backward.reset) opts_.after_backward.reset();
         for (int r = 0; r < R_; ++r) {
             progress_[r].at.store(0, std::memory_order_relaxed);
@@ -612,12 +642,14 @@ private:
     std::size_t iterations_ = 0;
     bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
     bool broken_ = false;         //!< an iteration failed with ranks in other processes
+    std::atomic<bool> running_{false};  //!< run() is in progress (on some thread)
     std::uint64_t t0_ = 0;        //!< tick_clock at the start of the iteration
     double spt_ = 0;              //!< seconds per tick
     std::atomic<bool> cancel_{false};
     std::mutex error_m_;
     std::exception_ptr error_;
     bool error_is_local_ = false;
+    bool told_peers_ = false;  //!< the transport was told of this iteration's failure already
     detail::completion completion_;
 };
 

@@ -38,6 +38,12 @@ struct run_options {
     bool trace = false;
     //! Work after each stage's last backward (data parallelism); see backward_hook.
     backward_hook after_backward{};
+    //! Called once, from the thread in run(), when the watchdog fired and a rank has still not
+    //! finished one watchdog period later: a stage function that never returns (cancellation
+    //! cannot interrupt it), so run() cannot return either. The text is the watchdog's report
+    //! (rank, stage, action, unit). Empty: the report is written to stderr. A program that cannot
+    //! wait may end itself here; the other processes have already been told (transport fail()).
+    std::function<void(const std::string&)> on_stuck{};
 };
 
 //! What an iteration did. Times are seconds since the iteration started.

@@ -5,6 +5,7 @@
 // under mpirun -np P*D, world::one_rank_per_process(P, D) puts rank r of replica d on process
 // d * P + r.
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,27 @@ private:
     int P_ = 1, D_ = 1;
     std::vector<int> process_of_;
     int processes_ = 0;
+};
+
+//! The processes a launcher (mpirun, mpiexec, srun) started together with this one, as the
+//! variable it sets says; processes == 0 when none did. A program that is not told to use MPI but
+//! runs as one of several would do the whole job once per process, independently, and exit 0.
+struct launch {
+    int processes = 0;
+    std::string variable;  //!< e.g. OMPI_COMM_WORLD_SIZE=2
+
+    static launch detect()
+    {
+        for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE", "MPI_LOCALNRANKS",
+                              "SLURM_STEP_NUM_TASKS"}) {
+            const char* text = std::getenv(v);
+            if (!text || !*text) continue;
+            char* end = nullptr;
+            const long n = std::strtol(text, &end, 10);
+            if (*end == '\0' && n > 0 && n < (1L << 30)) return {static_cast<int>(n), std::string(v) + "=" + text};
+        }
+        return {};
+    }
 };
 
 } // namespace tpipe

@@ -22,6 +22,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/transport.hpp"
 #include "tpipe/exec/world.hpp"
+#include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/error.hpp"
 
@@ -40,6 +41,10 @@ public:
     {
         check(MPI_Comm_rank(comm, &me_), "MPI_Comm_rank");
         check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
+        // First, the layout: processes that disagree on it would otherwise refuse the job on some
+        // processes only and leave the others waiting in the next collective.
+        mpi::agree(comm, fingerprint().add("pipeline ranks", w.pipeline_ranks()).add("replicas", w.replicas())
+                             .add("processes", w.processes()).text(), "mpi::transport");
         if (size_ != w.processes())
             throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the world (" +
                                    std::to_string(w.pipeline_ranks()) + " pipeline ranks x " +
@@ -93,26 +98,9 @@ public:
         return std::make_unique<channel<T>>(data_, peer, static_cast<int>(base), e.sending, e.tags);
     }
 
-    //! Collective: every process passes its configuration; all throw the same error if they differ.
-    void agree(const std::string& text)
-    {
-        const int len = static_cast<int>(text.size());
-        std::vector<int> lens(static_cast<std::size_t>(size_));
-        check(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, control_), "MPI_Allgather (configuration)");
-        std::vector<int> offsets(static_cast<std::size_t>(size_), 0);
-        for (int p = 1; p < size_; ++p) offsets[p] = offsets[p - 1] + lens[p - 1];
-        std::string all(static_cast<std::size_t>(offsets.back() + lens.back()), '\0');
-        check(MPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, control_),
-              "MPI_Allgatherv (configuration)");
-        const std::string first = all.substr(0, static_cast<std::size_t>(lens[0]));
-        for (int p = 1; p < size_; ++p) {
-            const std::string other = all.substr(static_cast<std::size_t>(offsets[p]), static_cast<std::size_t>(lens[p]));
-            if (other != first)
-                throw invalid_argument("mpi::transport: the processes run different configurations (every process "
-                                       "must build the same pipeline and program): process 0 has [" + first +
-                                       "], process " + std::to_string(p) + " has [" + other + "]");
-        }
-    }
+    //! Collective: every process passes its configuration; all throw the same error if they differ
+    //! (tpipe/mpi/agree.hpp: naming the first differing field and the processes on each side).
+    void agree(const std::string& text) { mpi::agree(control_, text, "mpi::transport"); }
 
     //! Tells every other process that this one's iteration failed (never blocks).
     void fail(const std::string& message)

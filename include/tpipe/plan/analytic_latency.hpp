@@ -132,8 +132,15 @@ public:
                 "analytic latency: matmul, memory and link efficiencies must lie in (0, 1]");
         require(positive(link_.bandwidth) && non_negative(link_.latency),
                 "analytic latency: link bandwidth must be > 0 bytes/s and latency >= 0 s");
-        require(opt_.precision_bytes >= 1 && opt_.gradient_bytes >= 1,
-                "analytic latency: precision and gradient bytes must be >= 1 byte per element");
+        // The widths numbers are stored in (fp8 1, fp16/bf16 2, fp32 4, fp64 8): a 3-byte element
+        // is a typo, not a format.
+        auto width = [](int b) { return b == 1 || b == 2 || b == 4 || b == 8; };
+        require(width(opt_.precision_bytes) && width(opt_.gradient_bytes),
+                "analytic latency: precision and gradient bytes must be 1, 2, 4 or 8 bytes per element, got " +
+                    std::to_string(opt_.precision_bytes) + " and " + std::to_string(opt_.gradient_bytes));
+        require(layers_per_stage <= model_.layers,
+                "analytic latency: " + std::to_string(layers_per_stage) + " layers per stage, but the model has " +
+                    std::to_string(model_.layers) + " layers");
         require(opt_.tensor_parallel >= 1 && model_.heads % opt_.tensor_parallel == 0,
                 "analytic latency: tensor parallel degree " + std::to_string(opt_.tensor_parallel) +
                     " must be >= 1 and divide the " + std::to_string(model_.heads) + " heads");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/core/quote.hpp"
 
 namespace tpipe {
 
@@ -88,12 +89,12 @@ constexpr bool is_digit(char c) { return c >= '0' && c <= '9'; }
 constexpr int parse_int(std::string_view s, std::size_t& i, std::string_view whole)
 {
     if (i >= s.size() || !is_digit(s[i]))
-        throw parse_error("action '" + std::string(whole) + "': expected a number at position " + std::to_string(i) +
+        throw parse_error("action " + quote(whole) + ": expected a number at position " + std::to_string(i) +
                           std::string(action_form));
     long long v = 0;
     while (i < s.size() && is_digit(s[i])) {
         v = v * 10 + (s[i++] - '0');
-        if (v > 1'000'000'000) throw parse_error("action '" + std::string(whole) + "': number too large");
+        if (v > 1'000'000'000) throw parse_error("action " + quote(whole) + ": number too large");
     }
     return static_cast<int>(v);
 }
@@ -122,11 +123,11 @@ constexpr action parse_action(std::string_view text)
         }
     }
     if (!found)
-        throw parse_error("action '" + std::string(text) + "': unknown kind after the stage number;" +
+        throw parse_error("action " + quote(text) + ": unknown kind after the stage number;" +
                           std::string(detail::action_form));
     if (is_stage_level(a.kind)) {
         if (i != text.size())
-            throw parse_error("action '" + std::string(text) + "': " + std::string(name(a.kind)) +
+            throw parse_error("action " + quote(text) + ": " + std::string(name(a.kind)) +
                               " names a stage only, so nothing may follow it (write '" + std::to_string(a.stage) +
                               std::string(name(a.kind)) + "')");
         return a;
@@ -137,7 +138,7 @@ constexpr action parse_action(std::string_view text)
         a.slice = detail::parse_int(text, i, text);
     }
     if (i != text.size())
-        throw parse_error("action '" + std::string(text) + "': unexpected trailing text '" +
+        throw parse_error("action " + quote(text) + ": unexpected trailing text '" +
                           std::string(text.substr(i)) + "'");
     return a;
 }
@@ -150,7 +151,7 @@ constexpr std::vector<action> parse_cell(std::string_view text)
     const std::size_t close = text.find(')');
     const std::string_view tail = close == std::string_view::npos ? std::string_view{} : text.substr(close + 1);
     if (close == std::string_view::npos || tail != name(op::OVERLAP_F_B))
-        throw parse_error("action '" + std::string(text) + "': a group must read (<action>;<action>...)OVERLAP_F_B");
+        throw parse_error("action " + quote(text) + ": a group must read (<action>;<action>...)OVERLAP_F_B");
     std::vector<action> out{overlap_header(0)};
     std::string_view inner = text.substr(1, close - 1);
     while (!inner.empty()) {
@@ -160,14 +161,14 @@ constexpr std::vector<action> parse_cell(std::string_view text)
         while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
         const action a = parse_action(part);
         if (!is_compute(a.kind))
-            throw parse_error("action '" + std::string(text) + "': OVERLAP_F_B groups computes (F, B, I, W), not '" +
+            throw parse_error("action " + quote(text) + ": OVERLAP_F_B groups computes (F, B, I, W), not '" +
                               to_string(a) + "'");
         out.push_back(a);
         inner = semi == std::string_view::npos ? std::string_view{} : inner.substr(semi + 1);
     }
     out.front().microbatch = static_cast<int>(out.size()) - 1;
     if (out.front().microbatch < 2)
-        throw parse_error("action '" + std::string(text) + "': OVERLAP_F_B groups at least two computes");
+        throw parse_error("action " + quote(text) + ": OVERLAP_F_B groups at least two computes");
     return out;
 }
 

@@ -102,7 +102,7 @@ public:
         if (const schedule_entry* e = find(name)) return *e;
         std::string known;
         for (const auto& e : entries_) known += (known.empty() ? "" : ", ") + e.name;
-        throw invalid_argument("unknown schedule '" + std::string(name) + "'; known schedules: " + known +
+        throw invalid_argument("unknown schedule " + quote(name) + "; known schedules: " + known +
                                " (and PyTorch's class names, e.g. Schedule1F1B)");
     }
 

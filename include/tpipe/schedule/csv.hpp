@@ -59,6 +59,10 @@ inline program from_csv(std::string_view text)
     p.actions.clear();
     std::vector<int> placement;
     std::vector<int> slices;  // per microbatch: highest slice + 1
+    // The bytes that can spell actions (not separators, blanks or line ends): a valid program names
+    // every index below their count, so padding (40 MB of newlines) does not raise the bound.
+    std::size_t spelled = 0;
+    for (char ch : text) spelled += ch != '\n' && ch != '\r' && ch != ' ' && ch != '\t' && ch != ',';
     std::size_t line_no = 0, pos = 0;
     while (pos < text.size()) {
         std::size_t eol = text.find('\n', pos);
@@ -89,11 +93,12 @@ inline program from_csv(std::string_view text)
                 if (a.kind == op::OVERLAP_F_B) continue;
                 // A valid program names every stage 0..S-1 and microbatch 0..M-1, each in at least
                 // two bytes of text: a larger index cannot be valid, and would size tables by it.
-                if (static_cast<std::size_t>(a.stage) >= text.size() || static_cast<std::size_t>(a.microbatch) >= text.size() ||
-                    static_cast<std::size_t>(a.slice) >= text.size())
+                if (static_cast<std::size_t>(a.stage) >= spelled || static_cast<std::size_t>(a.microbatch) >= spelled ||
+                    static_cast<std::size_t>(a.slice) >= spelled)
                     throw parse_error("CSV line " + std::to_string(line_no) + ": action '" + to_string(a) +
-                                      "' has an index larger than the file's " + std::to_string(text.size()) +
-                                      " bytes; a valid program names every stage, microbatch and slice below it");
+                                      "' has an index larger than the " + std::to_string(spelled) +
+                                      " bytes of actions in the file; a valid program names every stage, microbatch "
+                                      "and slice below it");
                 if (static_cast<int>(placement.size()) <= a.stage) placement.resize(a.stage + 1, -1);
                 if (is_compute(a.kind)) {
                     if (placement[a.stage] != -1 && placement[a.stage] != rank)
@@ -208,12 +213,14 @@ inline std::string receive_order_problem(const program& p)
     for (int r = 0; r < p.ranks; ++r)
         for (int q = 0; q < p.ranks; ++q) {
             if (q == r) continue;
-            std::vector<action> sends, recvs;  // q -> r, as the receives that match them
+            std::vector<action> sends, recvs, sent;  // q -> r, as the receives that match them; the sends
             for (const auto& a : p.actions[q])
                 if ((a.kind == op::SEND_F && a.stage + 1 < p.stages() && p.stage_rank[a.stage + 1] == r) ||
-                    (a.kind == op::SEND_B && a.stage > 0 && p.stage_rank[a.stage - 1] == r))
+                    (a.kind == op::SEND_B && a.stage > 0 && p.stage_rank[a.stage - 1] == r)) {
                     sends.push_back(a.kind == op::SEND_F ? action{a.stage + 1, op::RECV_F, a.microbatch, a.slice}
                                                          : action{a.stage - 1, op::RECV_B, a.microbatch, a.slice});
+                    sent.push_back(a);
+                }
             for (const auto& a : p.actions[r])
                 if ((a.kind == op::RECV_F && a.stage > 0 && p.stage_rank[a.stage - 1] == q) ||
                     (a.kind == op::RECV_B && a.stage + 1 < p.stages() && p.stage_rank[a.stage + 1] == q))
@@ -221,11 +228,27 @@ inline std::string receive_order_problem(const program& p)
             for (std::size_t k = 0; k < std::min(sends.size(), recvs.size()); ++k)
                 if (sends[k] != recvs[k])
                     return "rank " + std::to_string(r) + " posts '" + to_string(recvs[k]) + "' where rank " +
-                           std::to_string(q) + "'s next message to it fills '" + to_string(sends[k]) + "'";
+                           std::to_string(q) + "'s next message to it is '" + to_string(sent[k]) + "' (for '" +
+                           to_string(sends[k]) + "')";
         }
     return {};
 }
 } // namespace detail
+
+//! Whether `target` can run the lowered program `p` as it stands. tpipe's runtime matches every
+//! payload by its unit (tagged channels: local, MPI, NCCL, CUDA peer), so any receive order that
+//! validates runs; PyTorch's batched P2P matches the messages between two ranks in posting order,
+//! so there each rank must post the receives from a peer in that peer's send order. Empty when it
+//! can; else the sentence, naming the receive and the send it would be paired with.
+inline std::string pytorch_order_problem(const program& p)
+{
+    if (!p.lowered()) return {};
+    const std::string why = detail::receive_order_problem(p);
+    return why.empty() ? why
+                       : why + "; PyTorch matches the messages between two ranks in the order they are posted, so "
+                               "the payloads would be swapped. Post each rank's receives from a peer in that "
+                               "peer's send order (tpipe::lower does)";
+}
 
 //! PyTorch 2.15's dialect (CRLF line ends, as its csv.writer writes them). A lowered program is
 //! completed with the WAIT_SEND and REDUCE_GRAD actions PyTorch requires (see above); a
@@ -240,11 +263,7 @@ inline std::string to_pytorch_csv(const program& p)
             return std::to_string(m) + " has " + std::to_string(p.units.slices(m));
         }() + "), which PyTorch's pipelining cannot express; export a program over whole microbatches "
               "(slices = 1), or keep tpipe's dialect (to_csv)");
-    if (p.lowered())
-        if (const std::string why = detail::receive_order_problem(p); !why.empty())
-            throw invalid_argument("to_pytorch_csv: " + why + "; PyTorch matches the messages between two ranks in "
-                                   "the order they are posted, so the payloads would be swapped. Post each rank's "
-                                   "receives from a peer in that peer's send order (tpipe::lower does)");
+    if (const std::string why = pytorch_order_problem(p); !why.empty()) throw invalid_argument("to_pytorch_csv: " + why);
     const program full = p.lowered() ? detail::complete_for_pytorch(p) : p;
     std::string out;
     for (const auto& row : full.actions) detail::write_row(out, row, "\r\n");

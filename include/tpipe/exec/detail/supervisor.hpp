@@ -88,7 +88,11 @@ inline std::string stuck_report(const program& prog, const rank_progress* progre
             m += ahead ? " (not reached yet);" : " (which never sends it);";
         } else {
             const std::string waits = running ? running(r) : std::string();
-            m += "is running " + here + (waits.empty() ? " (the stage function has not returned);" : ": " + waits + ";");
+            std::string what = here;
+            if (is_compute(a.kind) && prog.units.contains(a.microbatch, a.slice))
+                what = "at action #" + std::to_string(at - 1) + " of stage " + std::to_string(a.stage) + " " +
+                       describe(a, prog.units.at(prog.units.index(a.microbatch, a.slice)));
+            m += "is running " + what + (waits.empty() ? " (the stage function has not returned);" : ": " + waits + ";");
         }
     }
     m.pop_back();
@@ -115,10 +119,12 @@ public:
 
     //! Waits for the ranks. Every tick (watchdog / 10, within [1, 100] ms) it calls poll(), and
     //! stalled() when the sum of `progress` has not changed for `watchdog` (0: no watchdog).
-    //! Each is called at most until one of them returns true (an error was raised).
-    template <class Poll, class Stalled>
+    //! Each is called at most until one of them returns true (an error was raised). If the ranks
+    //! still have not finished `watchdog` after the watchdog raised its error (a stage function
+    //! that never returns: cancellation cannot interrupt it), it calls still_running() once.
+    template <class Poll, class Stalled, class StillRunning>
     void wait(std::chrono::milliseconds watchdog, const rank_progress* progress, int ranks, Poll&& poll,
-              Stalled&& stalled)
+              Stalled&& stalled, StillRunning&& still_running)
     {
         // No spinning here: the calling thread would take a core from a loop thread.
         std::unique_lock<std::mutex> lk(m_);
@@ -127,12 +133,23 @@ public:
                               : std::chrono::milliseconds(100);
         std::size_t seen = ~std::size_t{0};
         auto changed = std::chrono::steady_clock::now();
-        bool raised = false;
+        bool raised = false, stuck_told = false;
+        auto raised_at = changed;
         while (remaining_ > 0) {
             cv_.wait_for(lk, tick, [&] { return remaining_ == 0; });
-            if (remaining_ == 0 || raised) continue;
+            if (remaining_ == 0) continue;
+            if (raised) {
+                if (!stuck_told && watchdog.count() > 0 && std::chrono::steady_clock::now() - raised_at >= watchdog) {
+                    stuck_told = true;
+                    lk.unlock();
+                    still_running();
+                    lk.lock();
+                }
+                continue;
+            }
             lk.unlock();
             raised = poll();
+            if (raised) raised_at = std::chrono::steady_clock::now();
             if (!raised && watchdog.count() > 0) {
                 std::size_t sum = 0;
                 for (int r = 0; r < ranks; ++r) sum += progress[r].at.load(std::memory_order_relaxed);
@@ -142,6 +159,7 @@ public:
                     changed = now;
                 } else if (now - changed >= watchdog) {
                     raised = stalled();
+                    raised_at = now;
                 }
             }
             lk.lock();
