@@ -343,7 +343,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     const std::int64_t per_epoch = data.samples() / o.batch;
     if (o.steps <= 0) o.steps = c.epochs * per_epoch;
     const int hw = compute_threads(o);
-    const int per_process = std::max(1, o.threads > 0 ? o.threads : hw / o.devices);  // under MPI
+    [[maybe_unused]] const int per_process = std::max(1, o.threads > 0 ? o.threads : hw / o.devices);  // under MPI only
     bool speaks = true;
     elastic_result res;
     auto print = [&](const interval_report& r) {
