@@ -360,7 +360,7 @@ TEST_CASE("receives from a peer are posted in its send order, as PyTorch's trans
     std::rotate(a, b, b + 1);  // post mb 1's receive first: still valid in tpipe, swapped in PyTorch
     REQUIRE(valid(p));
     CHECK_THROWS_WITH(to_pytorch_csv(p), Catch::Contains("rank 1 posts '1RECV_F1' where rank 0's next message to it "
-                                                         "fills '1RECV_F0'"));
+                                                         "is '0SEND_F0' (for '1RECV_F0')"));
 }
 
 TEST_CASE("CSV: a line without actions between ranks is refused, trailing blank lines are padding", "[schedule][csv]")
@@ -377,7 +377,7 @@ TEST_CASE("CSV: a line without actions between ranks is refused, trailing blank 
 TEST_CASE("CSV: an index no program of this size could use is refused before anything is sized by it", "[schedule][csv]")
 {
     // 24 bytes naming microbatch 999999999 once sized tables by it (gigabytes, then bad_alloc).
-    CHECK_THROWS_WITH(tpipe::from_csv("0F999999999,0B999999999"), Catch::Contains("larger than the file's 23 bytes"));
+    CHECK_THROWS_WITH(tpipe::from_csv("0F999999999,0B999999999"), Catch::Contains("larger than the 22 bytes of actions in the file"));
     CHECK_THROWS_WITH(tpipe::from_csv("999F0"), Catch::Contains("index larger"));
     CHECK(tpipe::from_csv("0F0,0F1,0B0,0B1").units.microbatches() == 2);
 }
