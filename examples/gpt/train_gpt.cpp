@@ -30,6 +30,7 @@
 #include <tpipe/core/quote.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
+#include <tpipe/exec/on_threads.hpp>
 #include <tpipe/plan/memory_model.hpp>
 #include <tpipe/exec/fingerprint.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -43,7 +44,6 @@
 #include "../common/flags.hpp"
 #include "../common/launch.hpp"
 #include "gpt/model.hpp"
-#include "gpt/on_threads.hpp"
 #include "gpt/pipeline.hpp"
 #include "gpt/planning.hpp"
 #include "gpt/stage_state.hpp"
@@ -889,7 +889,7 @@ int train(const options& o)
                 all[k] = r.local_runner->run(r.model->io());
                 losses[k] = r.model->finish_step();
             };
-            gpt::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
+            tpipe::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
             for (double l : losses) loss += l / D;
             stats = std::move(all.front());
         }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/exec/on_threads.hpp"
 #include "tpipe/elastic/driver_loop.hpp"
 #include "tpipe/elastic/freezable_model.hpp"
 #include "tpipe/elastic/sampler.hpp"
@@ -45,27 +46,6 @@ inline int compute_threads(const driver_options& o)
 }
 
 namespace detail {
-//! fn(k) for k in [0, n) on n threads (inline when n == 1); rethrows the first failure after
-//! every thread has ended.
-template <class F>
-void on_threads(std::size_t n, F&& fn)
-{
-    if (n == 1) return fn(std::size_t{0});
-    std::vector<std::exception_ptr> failed(n);
-    std::vector<std::thread> threads;
-    for (std::size_t k = 0; k < n; ++k)
-        threads.emplace_back([&, k] {
-            try {
-                fn(k);
-            } catch (...) {
-                failed[k] = std::current_exception();
-            }
-        });
-    for (auto& t : threads) t.join();
-    for (auto& f : failed)
-        if (f) std::rethrow_exception(f);
-}
-
 inline std::vector<std::byte> flatten(const std::vector<std::span<std::byte>>& state)
 {
     std::vector<std::byte> all;
@@ -121,7 +101,7 @@ public:
         }
         if (reps_.size() > old_replicas) {
             thread_group all(static_cast<int>(reps_.size()));
-            detail::on_threads(reps_.size(), [&](std::size_t d) {
+            tpipe::on_threads(reps_.size(), [&](std::size_t d) {
                 auto member = all.member(static_cast<int>(d));
                 sync_wait(receive_state(member, *reps_[d]->model));
             });
@@ -160,7 +140,7 @@ public:
         const int D = shape_.replicas;
         std::vector<std::vector<std::int64_t>> ids;  // drawn here: the sampler is not thread-safe
         for (int d = 0; d < D; ++d) ids.push_back(sampler_.shard(step, d, D));
-        detail::on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
+        tpipe::on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
             slot& r = *reps_[d];
             const auto& mine = ids[d];
             std::vector<out_t> frozen;

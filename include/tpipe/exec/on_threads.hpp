@@ -1,26 +1,28 @@
 #pragma once
-// Data-parallel replicas on threads of one process: each replica's step on a thread of its own.
+// Side-by-side work on threads of one process, for members that must all run together (replicas
+// that all-reduce, a pipeline's processes on threads): fn(k) for k in [0, n), one thread each.
 #include <atomic>
 #include <cstddef>
 #include <exception>
-#include <stdexcept>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <vector>
 
-namespace gpt {
+#include "tpipe/core/error.hpp"
 
-//! Runs fn(k) for k in [0, n) on n threads (inline when n == 1); rethrows the first failure
-//! after every thread has ended.
+namespace tpipe {
+
+//! Runs fn(k) for k in [0, n) on n threads (inline when n == 1) and rethrows the first failure
+//! after every thread has ended. Every thread waits until all have started: members that meet in
+//! a collective would wait forever for one that could not start, so if one cannot, none runs fn
+//! and a tpipe::error names the thread and the limit (ulimit -u) instead of std::terminate.
 template <class F>
 void on_threads(std::size_t n, F&& fn)
 {
     if (n == 1) return fn(std::size_t{0});
     std::vector<std::exception_ptr> failed(n);
     std::vector<std::thread> threads;
-    // Every thread waits until all have started: the replicas all-reduce together, so one that
-    // cannot start would leave the others waiting for it. If one cannot, none runs fn.
     std::atomic<int> gate{0};  // 0: starting, 1: run, 2: a thread could not start
     try {
         for (std::size_t k = 0; k < n; ++k)
@@ -39,13 +41,13 @@ void on_threads(std::size_t n, F&& fn)
         gate.store(2);
         gate.notify_all();
         for (auto& t : threads) t.join();
-        throw std::runtime_error("could not start thread " + std::to_string(threads.size() + 1) + " of " +
-                                 std::to_string(n) + " for the replicas (" + e.what() +
-                                 "); the process is at its limit of threads (ulimit -u): use fewer --dp");
+        throw error("could not start thread " + std::to_string(threads.size() + 1) + " of " + std::to_string(n) +
+                    " for members that run together (" + e.what() +
+                    "); the process is at its limit of threads (ulimit -u): run fewer replicas or stages here");
     }
     for (auto& t : threads) t.join();
     for (auto& f : failed)
         if (f) std::rethrow_exception(f);
 }
 
-} // namespace gpt
+} // namespace tpipe
