@@ -48,8 +48,11 @@ inline int compute_threads(const driver_options& o)
 namespace detail {
 inline std::vector<std::byte> flatten(const std::vector<std::span<std::byte>>& state)
 {
-    std::vector<std::byte> all;
-    for (auto s : state) all.insert(all.end(), s.begin(), s.end());
+    std::size_t n = 0;
+    for (auto s : state) n += s.size();
+    std::vector<std::byte> all(n);  // sized once: GCC 12 misreads a growing insert of spans (free-nonheap-object)
+    auto at = all.begin();
+    for (auto s : state) at = std::copy(s.begin(), s.end(), at);
     return all;
 }
 } // namespace detail
