@@ -179,7 +179,7 @@ TEST_CASE("a GPU that never finishes is the watchdog's error naming who waits fo
             FAIL("run did not throw");
         } catch (const tpipe::watchdog_error& e) {
             CAPTURE(e.what());
-            CHECK(contains(e.what(), "rank 1 (device 1) is running at action #1 '1F0': waits for the GPU: the work its "
+            CHECK(contains(e.what(), "rank 1 (device 1) is running at action #1 of stage 1 '1F0' (microbatch 0, slice 0, rows [0,1), tokens [0,1)): waits for the GPU: the work its "
                                      "stage function enqueued on the compute stream of device 1 (GPU 1) has not completed"));
             CHECK(contains(e.what(), "rank 0 (device 0) waits at action"));
         }
