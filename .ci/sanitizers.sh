@@ -4,7 +4,9 @@
 # ThreadSanitizer, MPI included, each in its own build directory at -O1, and runs the whole CTest
 # suite there. Excluded, and why: install_consumer (builds a consumer with the plain compiler:
 # nothing instrumented runs), diagnostics_* (compile-only), pytorch_* (PyTorch runs the CSVs;
-# tpipe-plan only writes them, and it runs under the sanitizers in errors_table).
+# tpipe-plan only writes them, and it runs under the sanitizers in errors_table), state_crash_* (SIGKILL
+# restart loops of train_gpt: what they check, bitwise resume, runs instrumented in state and
+# state_resume_shapes; instrumented, the loops only take longer).
 #
 #   .ci/sanitizers.sh                 # both
 #   .ci/sanitizers.sh thread          # only TSan
@@ -22,7 +24,7 @@ build_root=${BUILD_ROOT:-$root/build-sanitizers}
 jobs=${JOBS:-2}
 kinds=("$@")
 [[ ${#kinds[@]} -eq 0 ]] && kinds=(address thread)
-excluded='^(install_consumer|diagnostics_.*|pytorch_.*)$'
+excluded='^(install_consumer|diagnostics_.*|pytorch_.*|state_crash_.*)$'
 
 export LSAN_OPTIONS="suppressions=$root/.ci/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
