@@ -561,7 +561,7 @@ TEST_CASE("the fingerprint names payload types alike on every compiler", "[conce
     tpipe::cpu_engine eng(2);
     half_transport x;
     tpipe::runner r(pipe, two_rank_program(), eng, x);
-    CHECK_THAT(x.agreed, Catch::EndsWith("payload types vector<float32>;class of 4 bytes (alignment 4);"));
+    CHECK_THAT(x.agreed, Catch::EndsWith("payload types=vector<float32>;class of 4 bytes (alignment 4);\n"));
     CHECK(tpipe::detail::portable_type_name<std::int64_t>() == "int64");
     CHECK(tpipe::detail::portable_type_name<const std::vector<unsigned char>>() == "vector<uint8>");
     CHECK(tpipe::detail::portable_type_name<double>() == "float64");
