@@ -219,6 +219,32 @@ TEST_CASE("cancel wakes a waiting member with operation_cancelled; reset makes i
     REQUIRE(out[1] == std::vector<float>(5, 2.0f));
 }
 
+TEST_CASE("a group cancellation made in an iteration survives the reset of a member that starts it late", "[comm][thread]")
+{
+    thread_group g(2);
+    thread_communicator c0 = g.member(0);
+    thread_communicator c1 = g.member(1);
+    auto reduce = [](thread_communicator& c) {
+        std::vector<float> x(3, 1.0f);
+        tpipe::sync_wait([](thread_communicator& m, std::vector<float>& v) -> task<void> { co_await m.all_reduce_sum(std::span<float>(v)); }(c, x));
+        return x;
+    };
+    // Iteration 1: member 1 starts it, fails and cancels the group before member 0 has reset.
+    c1.reset();
+    c1.cancel_group();
+    c0.reset();  // member 0 starts iteration 1 only now: it must still see the cancellation
+    REQUIRE_THROWS_AS(reduce(c0), tpipe::operation_cancelled);
+    // Iteration 2: both reset, and the group works again.
+    c0.reset();
+    c1.reset();
+    std::vector<float> r1;
+    std::thread t1([&] { r1 = reduce(c1); });
+    const std::vector<float> r0 = reduce(c0);
+    t1.join();
+    REQUIRE(r0 == std::vector<float>(3, 2.0f));
+    REQUIRE(r1 == r0);
+}
+
 TEST_CASE("a member cancelled inside a collective releases the members already waiting in it", "[comm][thread]")
 {
     thread_group g(3);

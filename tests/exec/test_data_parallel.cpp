@@ -96,6 +96,10 @@ TEST_CASE("data parallel over threads: D replicas sum to one replica that saw al
 
 TEST_CASE("a replica that fails cancels the others' all-reduce instead of leaving them waiting", "[exec][data_parallel]")
 {
+    // Concurrent: the replicas run together; sequential: replica 1 fails and returns before
+    // replica 0 starts the iteration (its reset must not clear the cancellation).
+    const bool sequential = GENERATE(false, true);
+    CAPTURE(sequential);
     const int P = 2, D = 2;
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(4));
     std::vector<std::vector<affine>> replica(D, affine_stages(P));
@@ -108,24 +112,28 @@ TEST_CASE("a replica that fails cancels the others' all-reduce instead of leavin
     tpipe::cpu_engine eng(P * D);
     std::vector<std::string> errors(D);
     std::vector<std::thread> threads;
-    for (int d = 0; d < D; ++d)
-        threads.emplace_back([&, d] {
-            tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
-                std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));
-            std::vector<tpipe::thread_communicator*> comms;
-            for (auto& m : members[d]) comms.push_back(&m);
-            tpipe::data_parallel dp(pipe, comms);
-            tpipe::run_options opts;
-            opts.after_backward = dp.hook();
-            opts.watchdog = std::chrono::seconds(20);
-            for (int r = 0; r < P; ++r) opts.device_of_rank.push_back(d * P + r);
-            try {
-                tpipe::run(pipe, prog, eng, io_for_replica(d, 1), opts);
-            } catch (const std::exception& e) {
-                errors[d] = e.what();
-            }
-        });
+    auto replica_run = [&](int d) {
+        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+            std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));
+        std::vector<tpipe::thread_communicator*> comms;
+        for (auto& m : members[d]) comms.push_back(&m);
+        tpipe::data_parallel dp(pipe, comms);
+        tpipe::run_options opts;
+        opts.after_backward = dp.hook();
+        opts.watchdog = std::chrono::seconds(20);
+        for (int r = 0; r < P; ++r) opts.device_of_rank.push_back(d * P + r);
+        try {
+            tpipe::run(pipe, prog, eng, io_for_replica(d, 1), opts);
+        } catch (const std::exception& e) {
+            errors[d] = e.what();
+        }
+    };
     const auto start = std::chrono::steady_clock::now();
+    if (sequential) {
+        replica_run(1);
+        replica_run(0);
+    }
+    for (int d = 0; d < D && !sequential; ++d) threads.emplace_back(replica_run, d);
     for (auto& t : threads) t.join();
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
     CHECK_THAT(errors[1], Catch::Contains("injected fault"));

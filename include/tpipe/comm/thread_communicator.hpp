@@ -23,9 +23,10 @@
 //   into a receive already waiting for them) and completes at once; receives match by
 //   (source, tag) in FIFO order.
 // - Awaited on a thread that drives no tpipe::loop, an operation blocks that thread instead.
-// - cancel() cancels one member, thread_group::cancel() every member (what a runner does when
-//   an iteration fails). reset() drops the member's undelivered messages; call it on every
-//   member between iterations, before any member starts the next one.
+// - cancel() cancels one member, cancel_group() and thread_group::cancel() every member (what a
+//   runner does when an iteration fails). reset() starts the member's next iteration: it drops
+//   the member's undelivered messages and clears its cancellation, except a group cancellation
+//   made in the iteration it starts (a replica that failed before this one began it).
 // - One mutex per group guards the bookkeeping; the reduction and copies run outside it.
 #include <coroutine>
 #include <exception>
@@ -200,9 +201,11 @@ public:
     }
 
     void cancel() noexcept { g_->cancel(rank_); }
-    //! Cancels every member of the group (any thread): what a failed replica does, since no
-    //! transport tells the replicas of one process about each other's failures.
-    void cancel_group() noexcept { g_->cancel_all(); }
+    //! Cancels every member of the group (any thread) for this member's iteration: what a failed
+    //! replica does, since no transport tells the replicas of one process about each other's
+    //! failures. A member that has not yet reset for that iteration stays cancelled through its
+    //! reset (members reset once per iteration, as the runner does).
+    void cancel_group() noexcept { g_->cancel_all(rank_); }
     static constexpr bool tpipe_group_cancelling_communicator = true;
     void reset() { g_->reset(rank_); }
 

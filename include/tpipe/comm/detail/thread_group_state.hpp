@@ -86,7 +86,8 @@ struct slot {
 };
 
 struct member_state {
-    std::uint64_t seq = 0;  //!< next collective sequence number
+    std::uint64_t seq = 0;        //!< next collective sequence number
+    std::uint64_t iteration = 0;  //!< resets so far: the iteration this member is in
     bool cancelled = false;
     recv_op* recv_head = nullptr;
     recv_op* recv_tail = nullptr;
@@ -265,10 +266,22 @@ public:
         cv_.notify_all();
     }
 
-    void cancel_all() noexcept
+    //! Cancels every member for the iteration `from` is in (every member's latest: from < 0).
+    //! A member still in the iteration before, not yet reset, stays cancelled through its next
+    //! reset: a replica that fails before the others have started the iteration must not have its
+    //! cancellation cleared by their reset, or they would wait for it in the all-reduce.
+    void cancel_all(int from = -1) noexcept
     {
         std::lock_guard lock(m_);
-        for (int i = 0; i < n_; ++i) cancel_locked(i);
+        std::uint64_t iteration = 0;
+        if (from >= 0)
+            iteration = members_[static_cast<std::size_t>(from)].iteration;
+        else
+            for (const member_state& ms : members_) iteration = std::max(iteration, ms.iteration);
+        if (!group_cancelled_ || iteration > cancelled_iteration_) cancelled_iteration_ = iteration;
+        group_cancelled_ = true;
+        for (int i = 0; i < n_; ++i)
+            if (members_[static_cast<std::size_t>(i)].iteration <= cancelled_iteration_) cancel_locked(i);
         cv_.notify_all();
     }
 
@@ -283,7 +296,9 @@ public:
             if (s.used && s.ops[static_cast<std::size_t>(me)])
                 throw error("thread_communicator::reset: member " + std::to_string(me) +
                             " still waits in a collective; reset only between iterations, when no operation is pending");
-        ms.cancelled = false;
+        ++ms.iteration;
+        // A group cancellation of this iteration (see cancel_all) outlives the reset that starts it.
+        ms.cancelled = group_cancelled_ && cancelled_iteration_ >= ms.iteration;
         ms.seq = 0;
         while (message* msg = ms.msg_head) {  // undelivered messages of the failed iteration
             ms.msg_head = msg->next;
@@ -487,6 +502,8 @@ private:
     std::condition_variable cv_;
     int n_;
     std::vector<member_state> members_;
+    bool group_cancelled_ = false;           //!< cancel_all was called ...
+    std::uint64_t cancelled_iteration_ = 0;  //!< ... for this iteration (and the ones before)
     std::deque<slot> slots_;  // deque: a completing member keeps a reference across the unlock
     message* free_ = nullptr;
     std::vector<split_entry> split_;
