@@ -15,28 +15,26 @@ cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 dir=${FUZZ_DIR:-$root/build-fuzz}
 cxx=${CLANGXX:-clang++-14}
-all=(action csv json latency_json cli)  # the order of tpipe::fuzz::targets
+all=(action csv json latency_json cli)  # the names in tpipe::fuzz::targets
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all[@]}")
 command -v "$cxx" >/dev/null || bash tools/setup.sh clang-14 libclang-rt-14-dev
 mkdir -p "$dir"
 for name in "${targets[@]}"; do
-  index=-1
-  for i in "${!all[@]}"; do
-    if [[ ${all[$i]} == "$name" ]]; then index=$i; fi
-  done
-  [[ $index -ge 0 ]] || { echo "fuzz.sh: unknown target '$name' (use: ${all[*]})" >&2; exit 2; }
-  exe=$dir/fuzz_$name
-  echo "== fuzz $name: build"
-  "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-         -fno-omit-frame-pointer -I"$root/include" -DTPIPE_FUZZ_TARGET="$index" \
-         "$root/tests/fuzz/fuzz_main.cpp" -o "$exe"
+  [[ " ${all[*]} " == *" $name "* ]] || { echo "fuzz.sh: unknown target '$name' (use: ${all[*]})" >&2; exit 2; }
+done
+# One binary for every target (TPIPE_FUZZ_TARGET picks one at run time): one build, not one per target.
+exe=$dir/fuzz_tpipe
+echo "== fuzz: build"
+"$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+       -fno-omit-frame-pointer -I"$root/include" "$root/tests/fuzz/fuzz_main.cpp" -o "$exe"
+for name in "${targets[@]}"; do
   scratch=$dir/corpus_$name
   log=$dir/fuzz_$name.log
   mkdir -p "$scratch"
   echo "== fuzz $name: ${seconds} s"
   status=0
-  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  TPIPE_FUZZ_TARGET=$name UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
     "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
            -artifact_prefix="$dir/crash-$name-" "$scratch" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1 || status=$?
   grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$log" || true
