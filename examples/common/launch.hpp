@@ -84,7 +84,8 @@ public:
     }
     bool requested() const noexcept { return detail::stop_signal != 0; }
     int signal() const noexcept { return static_cast<int>(detail::stop_signal); }
-    const char* name() const noexcept { return signal() == SIGINT ? "SIGINT" : "SIGTERM"; }
+    const char* name() const noexcept { return signal_name(signal()); }
+    static const char* signal_name(int sig) noexcept { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 private:
     bool enabled_;

@@ -456,6 +456,15 @@ public:
         world_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world());
     }
 
+    //! The largest of every process's `mine`: with a stop signal's number (0: none), every process
+    //! stops at the same step boundary, whichever of them the signal reached, and saves there.
+    int agree_max(int mine)
+    {
+        int all = 0;
+        tpipe::mpi::check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce (stop signal)");
+        return all;
+    }
+
     //! Every process meets here (the checkpoint's commit waits for every shard).
     void barrier()
     {
@@ -863,18 +872,27 @@ int train(const options& o)
                                           {"units", describe(units)}, {"transport", o.transport}};
         saver = std::make_unique<gpt::checkpointer>(o.ckpt, std::move(place), o.cfg, gpt::adamw_options{.lr = o.lr}, o.seed);
     }
-    const tpipe_examples::stop_request stop(!over_mpi);  // SIGINT/SIGTERM: stop at a step boundary
+    // SIGINT/SIGTERM: stop at a step boundary. Over MPI the processes agree on it first: a signal
+    // reaches them at different times (or only some of them, as a scheduler's may).
+    const tpipe_examples::stop_request stop(true);
     for (int step = first_step; step <= o.steps; ++step) {
-        if (stop.requested()) {
+        int stop_signal = stop.signal();
+#ifdef TPIPE_GPT_MPI
+        if (mpi) stop_signal = mpi->agree_max(stop_signal);
+#endif
+        if (stop_signal != 0) {
             const bool saves = saver && step - 1 >= first_step;  // the last step done is not lost
             if (saves) {
                 saver->finish();
                 if ((step - 1) % o.ckpt.every != 0) saver->save(step - 1, *reps.front()->state, streams);
                 saver->finish();
             }
-            std::cerr << "train_gpt: " << stop.name() << " received: stopped at the step boundary after step " << step - 1
-                      << " of " << o.steps << (saves ? ", saved in " + o.ckpt.save : std::string()) << "\n";
-            return 128 + stop.signal();
+            if (speaks || stop.requested())
+                std::cerr << "train_gpt: " << tpipe_examples::stop_request::signal_name(stop_signal)
+                          << (stop.requested() ? " received" : " received by another process")
+                          << ": stopped at the step boundary after step " << step - 1 << " of " << o.steps
+                          << (saves ? ", saved in " + o.ckpt.save : std::string()) << "\n";
+            return 128 + stop_signal;
         }
         std::vector<gpt::batch> batches;
         for (int d = 0; d < D; ++d) batches.push_back(gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]));

@@ -13,7 +13,14 @@ if(TPIPE_BUILD_EXAMPLES)
   add_test(NAME state_crash_threads
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> threads)
   set_tests_properties(state_crash_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # SIGTERM mid-run: stops at a step boundary, saves that step; resumed, the same weights.
+  add_test(NAME state_stop_threads
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/stop_resume.sh $<TARGET_FILE:train_gpt> threads)
+  set_tests_properties(state_stop_threads PROPERTIES TIMEOUT 300 PROCESSORS 2)
   if(TPIPE_ENABLE_MPI)
+    add_test(NAME state_stop_mpi
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/stop_resume.sh $<TARGET_FILE:train_gpt> mpi ${state_mpi_args})
+    set_tests_properties(state_stop_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2)
     add_test(NAME state_crash_mpi
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> mpi ${state_mpi_args})
     set_tests_properties(state_crash_mpi PROPERTIES TIMEOUT 600 PROCESSORS 2)
