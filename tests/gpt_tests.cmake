@@ -25,10 +25,14 @@ if(TPIPE_BUILD_EXAMPLES)
   add_test(NAME gpt_train_elastic COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS})
   set_tests_properties(gpt_train_elastic PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   # TeraPipe inside it: every re-plan re-slices tokens for the new depth on the profiled per-layer
-  # latencies; bitwise equal to the same freezing run unit by unit with the same slices.
+  # latencies; bitwise equal to the same freezing run unit by unit with the same slices. Whether
+  # the DP cuts a sequence at all depends on the latencies profiled on this machine at this moment
+  # (on a loaded CI machine it once chose whole sequences in every interval), so this end-to-end
+  # run asserts the equality only; tests/gpt/test_elastic_terapipe.cpp plans on fixed latencies
+  # and asserts that the slices are there.
   add_test(NAME gpt_train_elastic_terapipe COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS} --slicer terapipe)
   set_tests_properties(gpt_train_elastic_terapipe PROPERTIES TIMEOUT 300
-                       PASS_REGULAR_EXPRESSION "\"slices\":.*\"check_ok\":true")
+                       PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   # Without AutoPipe the pipeline keeps its stages: freezing stops where each would lose its last
   # active unit (here 3 of 4 layers on 2 stages), instead of failing.
   add_test(NAME gpt_train_elastic_no_autopipe COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS} --no-autopipe)

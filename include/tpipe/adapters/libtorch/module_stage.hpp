@@ -125,6 +125,9 @@ public:
                                           std::to_string(params_.size()) + " parameters that require grad");
         names_ = std::move(names);
     }
+    //! Parameter i's name as given ("3.logits.weight"; empty when unnamed): its name in a
+    //! checkpoint (libtorch/checkpoint.hpp).
+    const std::string& parameter_key(std::size_t i) const { return names_.at(i); }
     //! "'3.logits.weight'", or "parameter 2 ([64, 32] Float)" when unnamed.
     std::string parameter_name(std::size_t i) const
     {
