@@ -28,6 +28,16 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
   add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
   set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
 
+  # Save and resume (adapters/libtorch/checkpoint.hpp): bitwise the uninterrupted run, also
+  # resumed on one stage and, with MPI, on two processes.
+  set(libtorch_resume_mpi)
+  if(TPIPE_ENABLE_MPI)
+    set(libtorch_resume_mpi ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+  endif()
+  add_test(NAME libtorch_resume
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/libtorch/resume.sh $<TARGET_FILE:train_libtorch_gpt> ${libtorch_resume_mpi})
+  set_tests_properties(libtorch_resume PROPERTIES TIMEOUT 300 PROCESSORS 2)
+
   if(TPIPE_ENABLE_MPI)  # one MPI process per stage, against plain libtorch on every process
     add_test(NAME libtorch_gpt_mpi
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>

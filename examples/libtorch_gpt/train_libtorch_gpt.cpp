@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <set>
+#include <span>
 #include <string>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
@@ -26,6 +27,7 @@
 #include <tpipe/core/file.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/exec/fingerprint.hpp>
+#include <tpipe/state/checksum.hpp>
 
 #ifndef TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS
 #define TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
@@ -58,6 +60,12 @@ const char* usage_text =
     "  --check-tol X     relative tolerance of --check (default 1e-5)\n"
     "  --watchdog S      stop a step that makes no progress for S seconds, naming what every rank waits for\n"
     "                    (default 60; 0: never)\n"
+    "  --save DIR        save checkpoints under DIR (DIR/step-NNNNNNNN/: each stage's parameters and AdamW\n"
+    "                    state, written by the process that runs it, committed by one atomic rename)\n"
+    "  --save-every N    --save: a checkpoint every N steps (written in the background during the next step)\n"
+    "  --keep K          --save: keep the newest K checkpoints (default 0: all)\n"
+    "  --resume DIR      continue from a checkpoint (DIR: one, or a --save directory: its newest) up to --steps;\n"
+    "                    --stages, --schedule, --slicer and --transport may differ from the saving run\n"
     "  --json            one JSON summary line\n";
 
 struct flags {
@@ -108,6 +116,10 @@ flags parse(int argc, char** argv)
         else if (a == "--check-tol") f.check_tol = to_double(a, value());
         else if (a == "--watchdog") f.o.watchdog = to_int(a, value(), 0, 86400);
         else if (a == "--json") f.json = true;
+        else if (a == "--save") f.o.save = value();
+        else if (a == "--save-every") f.o.save_every = to_int(a, value(), 1);
+        else if (a == "--keep") f.o.keep = to_int(a, value(), 1);
+        else if (a == "--resume") f.o.resume = value();
         else throw usage_error("unknown flag " + tpipe::quote(a));
     }
     // The same rules as train_gpt's: nothing given is silently ignored.
@@ -116,6 +128,18 @@ flags parse(int argc, char** argv)
         for (const char* g : {"--stages", "--schedule", "--slicer", "--watchdog"})
             if (given.count(g))
                 throw usage_error(std::string(g) + " does not apply with --transport none (plain libtorch, no pipeline)");
+    if (given.count("--save") != given.count("--save-every"))
+        throw usage_error("--save DIR and --save-every N go together");
+    if (given.count("--keep") && !given.count("--save")) throw usage_error("--keep applies with --save");
+    for (const char* g : {"--save", "--resume"}) {
+        if (given.count(g) && f.o.transport == "none")
+            throw usage_error(std::string(g) + " applies to a pipelined run (--transport threads or mpi)");
+        if (given.count(g) && f.check)
+            throw usage_error(std::string(g) + " does not go with --check (its plain run starts from step 1)");
+    }
+    for (const char* g : {"--save", "--resume"})
+        if (given.count(g) && (g == std::string("--save") ? f.o.save : f.o.resume).empty())
+            throw usage_error(std::string(g) + " needs a directory, got an empty name");
     if (f.o.transport != "none" && f.o.stages > f.o.layers)
         throw usage_error("--stages " + std::to_string(f.o.stages) + " for " + std::to_string(f.o.layers) +
                           " layers: every stage needs at least one layer (raise --layers)");
@@ -132,6 +156,7 @@ flags parse(int argc, char** argv)
     fp.add("--heads", f.o.heads).add("--seq-len", f.o.seq_len).add("--batch", f.o.batch).add("--steps", f.o.steps);
     fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--schedule", f.o.schedule);
     fp.add("--slicer", f.o.slicer).add("--check", f.check).add("--check-tol", f.check_tol);
+    fp.add("--save", f.o.save).add("--save-every", f.o.save_every).add("--keep", f.o.keep).add("--resume", f.o.resume);
     fp.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");
     return fp;
 }
@@ -150,16 +175,21 @@ int run(const flags& f)
         ok = loss_rel <= f.check_tol && weights_rel <= f.check_tol;
     }
     if (!r.speaks) return ok ? 0 : 3;
+    tpipe::state::checksum weights;  // the final weights' bits: a resumed run must reproduce them exactly
+    weights.update(std::as_bytes(std::span<const double>(r.weights)));
+    const std::string weights_fnv = tpipe::state::checksum::to_hex(weights.value());
     if (f.json) {
         std::printf("{\"transport\":\"%s\",\"stages\":%d,\"schedule\":\"%s\",\"slicer\":\"%s\",\"steps\":%d,"
-                    "\"first_loss\":%.6f,\"last_loss\":%.6f,\"tokens_per_s\":%.1f",
+                    "\"first_step\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,\"tokens_per_s\":%.1f,"
+                    "\"weights_fnv\":\"%s\"",
                     f.o.transport.c_str(), f.o.stages, f.o.schedule.c_str(), f.o.slicer.c_str(), f.o.steps,
-                    r.losses.front(), r.losses.back(), r.tokens_per_s);
+                    r.first_step, r.losses.front(), r.losses.back(), r.tokens_per_s, weights_fnv.c_str());
         if (f.check) std::printf(",\"check_loss_rel\":%.3g,\"check_weights_rel\":%.3g,\"check_ok\":%s", loss_rel,
                                  weights_rel, ok ? "true" : "false");
         std::printf("}\n");
     } else {
-        for (std::size_t s = 0; s < r.losses.size(); ++s) std::printf("step %zu  loss %.4f\n", s + 1, r.losses[s]);
+        for (std::size_t s = 0; s < r.losses.size(); ++s)
+            std::printf("step %zu  loss %.4f\n", s + static_cast<std::size_t>(r.first_step), r.losses[s]);
         std::printf("%s, %d stage(s), %s, %s: %.0f tokens/s\n", f.o.transport.c_str(), f.o.stages,
                     f.o.schedule.c_str(), f.o.slicer.c_str(), r.tokens_per_s);
         if (f.check)

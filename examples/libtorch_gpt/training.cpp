@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <random>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -20,9 +23,11 @@
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
+#include <tpipe/state/checkpoint_writer.hpp>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
 #include <tpipe/adapters/libtorch/process_sum.hpp>
+#include <tpipe/mpi/error.hpp>
 #include <tpipe/mpi/transport.hpp>
 #endif
 
@@ -67,6 +72,20 @@ public:
         return {window.slice(1, 0, seq_len).contiguous(), window.slice(1, 1, seq_len + 1).contiguous()};
     }
 
+    //! Where the sampler is (its generator's state as text), for a checkpoint; seek() returns there.
+    std::string position() const
+    {
+        std::ostringstream o;
+        o << rng_;
+        return o.str();
+    }
+    void seek(const std::string& position)
+    {
+        std::istringstream i(position);
+        i >> rng_;
+        if (!i) throw tpipe::state::corrupt_checkpoint("the checkpoint's data sampler position is not a generator state");
+    }
+
 private:
     std::string text_;
     std::mt19937_64 rng_;
@@ -96,6 +115,70 @@ std::vector<std::size_t> even_cuts(std::int64_t layers, int stages)
     }
     return cuts;
 }
+
+tpipe::json::value model_json(const config& c)
+{
+    return tpipe::json::object{{"model", "libtorch_gpt"}, {"vocab", c.vocab},   {"seq_len", c.seq_len},
+                               {"d_model", c.d_model},     {"heads", c.heads},   {"layers", c.layers}};
+}
+
+//! Checkpoints of a pipelined run: every process saves the stages it runs (one shard each), the
+//! first process commits; a resume loads every stage by name, whatever the saver's cut.
+class checkpoints {
+public:
+    checkpoints(const options& o, std::function<void()> barrier, bool leader)
+        : o_(o), out_(o.save.empty() ? std::nullopt
+                                     : std::optional<tpipe::state::checkpoint_writer>(std::in_place,
+                                           tpipe::state::writer_options{.root = o.save, .keep = o.keep, .leader = leader,
+                                                                        .shards = o.stages, .barrier = std::move(barrier)}))
+    {
+    }
+
+    //! After step `step` (1-based): saves stages `mine` of `pipe` every save_every steps.
+    void after_step(int step, tpipe::uniform_pipeline<tpipe::libtorch::module_stage>& pipe, const std::vector<int>& mine,
+                    const torch::optim::AdamW& opt, const corpus& data, const config& cfg)
+    {
+        if (!out_) return;
+        out_->finish();  // the previous save overlapped a step of training; commit it
+        if (step % o_.save_every != 0) return;
+        tpipe::state::manifest m;
+        m.step = step;
+        m.model = model_json(cfg);
+        m.optimizer = tpipe::libtorch::adamw_json(opt);
+        m.rng = tpipe::json::object{{"seed", static_cast<std::int64_t>(o_.seed)}, {"data_sampler", data.position()}};
+        m.shape = tpipe::json::object{{"transport", o_.transport}, {"stages", o_.stages}, {"schedule", o_.schedule},
+                                      {"slicer", o_.slicer}};
+        std::vector<tpipe::state::shard_snapshot> shards;
+        for (int i : mine) {
+            shards.emplace_back("stage-" + std::to_string(i) + ".bin");
+            tpipe::libtorch::add_stage(shards.back(), pipe.stage(static_cast<std::size_t>(i)), opt);
+        }
+        out_->begin(std::move(m), std::move(shards));
+    }
+    void finish()
+    {
+        if (out_) out_->finish();
+    }
+
+    //! Loads every stage of `pipe` and the sampler's position from o.resume; returns the step.
+    static int resume(const options& o, tpipe::uniform_pipeline<tpipe::libtorch::module_stage>& pipe,
+                      torch::optim::AdamW& opt, corpus& data, const config& cfg)
+    {
+        const tpipe::state::checkpoint_reader in(o.resume);
+        const auto& m = in.contents();
+        if (tpipe::json::dump(m.model) != tpipe::json::dump(model_json(cfg)))
+            throw tpipe::state::incompatible_checkpoint("checkpoint "" + in.path() + "" holds the model " +
+                                                        tpipe::json::dump(m.model) + "; this run's is " +
+                                                        tpipe::json::dump(model_json(cfg)));
+        for (std::size_t i = 0; i < pipe.size(); ++i) tpipe::libtorch::load_stage(in, pipe.stage(i), opt);
+        data.seek(m.rng.at("data_sampler").as_string("data_sampler"));
+        return static_cast<int>(m.step);
+    }
+
+private:
+    const options& o_;
+    std::optional<tpipe::state::checkpoint_writer> out_;
+};
 
 //! What every transport needs: the model, its optimizer and the data, as a trainer has them.
 struct trainer {
@@ -181,9 +264,26 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     else runner = std::make_unique<runner_t>(pipe, prog, engine, *over, opts);
 
     result r;
+    if (!o.resume.empty()) {
+        r.first_step = checkpoints::resume(o, pipe, *tr.optimizer, tr.data, tr.cfg) + 1;
+        if (r.first_step > o.steps)
+            throw tpipe::invalid_argument("--resume: the checkpoint is at step " + std::to_string(r.first_step - 1) +
+                                          "; give --steps above it to train on");
+    }
+    std::function<void()> barrier;  // of the processes that save together
+    std::vector<int> mine;          // the stages whose shards this process writes
+    if constexpr (local) {
+        for (int i = 0; i < o.stages; ++i) mine.push_back(i);
+    } else {
+        mine.push_back(over->process());
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        barrier = [] { tpipe::mpi::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (checkpoint)"); };
+#endif
+    }
+    checkpoints saves(o, barrier, mine.front() == 0);
     auto t0 = std::chrono::steady_clock::now();
-    for (int step = 0; step < o.steps; ++step) {
-        if (step == 1) t0 = std::chrono::steady_clock::now();  // the first step warms up
+    for (int step = r.first_step - 1; step < o.steps; ++step) {
+        if (step == r.first_step) t0 = std::chrono::steady_clock::now();  // the first step warms up
         auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
         // [snippet:step]
         double loss = 0;
@@ -205,7 +305,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
 #endif
         tr.optimizer->step();
         r.losses.push_back(loss);
+        saves.after_step(step + 1, pipe, mine, *tr.optimizer, tr.data, tr.cfg);
     }
+    saves.finish();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if constexpr (!local) r.speaks = over->process() == 0;
     return r;
@@ -237,7 +339,8 @@ result train(const options& o)
     } else {
         throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
     }
-    r.tokens_per_s = double(o.batch) * double(o.seq_len) * std::max(1, o.steps - 1) / r.seconds;
+    const int timed = o.steps - r.first_step;  // steps after the first one run
+    r.tokens_per_s = double(o.batch) * double(o.seq_len) * std::max(1, timed) / r.seconds;
     r.weights = flatten(*tr.model);
     return r;
 }

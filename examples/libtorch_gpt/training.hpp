@@ -24,10 +24,15 @@ struct options {
     std::string data;                   //!< training text (bytes are tokens)
     bool check_slicing = false;         //!< first check that token slices give the unsliced outputs
     int watchdog = 60;                  //!< seconds without progress before a step is stopped (0: never)
+    std::string save;                   //!< checkpoint directory (empty: no checkpoints)
+    int save_every = 0;                 //!< steps between checkpoints (with save)
+    int keep = 0;                       //!< newest checkpoints kept (0: all)
+    std::string resume;                 //!< checkpoint (or run directory) to continue from
 };
 
 struct result {
-    std::vector<double> losses;  //!< mean loss of every step
+    std::vector<double> losses;  //!< mean loss of every step run (from the resumed step on)
+    int first_step = 1;          //!< the first step run (> 1 when resumed)
     std::vector<double> weights;  //!< every parameter after the last step, flattened in model order
     double seconds = 0;          //!< wall time of steps 2..N (the first warms up; all of it for one step)
     double tokens_per_s = 0;     //!< over those steps

@@ -1,8 +1,12 @@
 // The libtorch adapter's gradients on stage threads: tied parameters (one tensor in two stages)
 // summed in stage order, a leaf outside a stage's list refused under split backward, and
-// check_token_slicing naming a stage not prepared for token slices.
+// check_token_slicing naming a stage not prepared for token slices; a checkpoint of parameters
+// and AdamW state resumed on another cut.
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <torch/torch.h>
 #undef CHECK  // Debian's libtorch brings glog's CHECK; the tests use Catch's
@@ -12,6 +16,7 @@
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
+#include <tpipe/state/checkpoint_writer.hpp>
 
 #include "gpt.hpp"
 
@@ -175,3 +180,86 @@ TEST_CASE("check_token_slicing names the first stage whose token slices differ f
     CHECK_NOTHROW(tpipe::libtorch::check_token_slicing(good, ids, {6, 3, 3}));
 }
 
+
+TEST_CASE("a libtorch checkpoint restores parameters and AdamW state so that training continues bitwise",
+          "[libtorch][checkpoint]")
+{
+    // Two parameter groups (no weight decay on the embedding) and amsgrad: every piece of state.
+    auto optimizer_of = [](torch::nn::Sequential m, double beta1) {
+        std::vector<torch::optim::OptimizerParamGroup> groups;
+        groups.emplace_back(m->ptr(0)->parameters(), std::make_unique<torch::optim::AdamWOptions>(
+                                                    torch::optim::AdamWOptions(1e-2).betas({beta1, 0.99}).weight_decay(0).amsgrad(true)));
+        std::vector<torch::Tensor> rest;
+        for (std::size_t k = 1; k < m->size(); ++k)
+            for (const auto& p : m->ptr(k)->parameters()) rest.push_back(p);
+        std::erase_if(rest, [&](const torch::Tensor& p) { return p.is_same(m->ptr(0)->parameters()[0]); });  // tied head
+        groups.emplace_back(rest, std::make_unique<torch::optim::AdamWOptions>(
+                                      torch::optim::AdamWOptions(1e-2).betas({beta1, 0.99}).weight_decay(0.1).amsgrad(true)));
+        return torch::optim::AdamW(groups, torch::optim::AdamWOptions(1e-2));
+    };
+    auto step = [](tpipe::uniform_pipeline<module_stage>& pipe, torch::optim::AdamW& opt, const batch& b) {
+        opt.zero_grad();
+        train(pipe, "zb-h1", "grid:2:6,6", b);
+        tpipe::libtorch::sum_tied_gradients(pipe);
+        opt.step();
+    };
+    torch::manual_seed(11);
+    const std::vector<batch> data(4);
+    const std::string dir = (std::filesystem::temp_directory_path() / ("tpipe_libtorch_ckpt_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+
+    auto a = make(true);
+    tpipe::uniform_pipeline<module_stage> pa(tpipe::libtorch::cut(a, {0, 2, 4}));
+    auto oa = optimizer_of(a, 0.9);
+    step(pa, oa, data[0]);
+    step(pa, oa, data[1]);
+    {
+        tpipe::state::checkpoint_writer out({.root = dir, .shards = 2});
+        tpipe::state::manifest m;
+        m.step = 2;
+        m.optimizer = tpipe::libtorch::adamw_json(oa);
+        std::vector<tpipe::state::shard_snapshot> shards;
+        for (std::size_t i = 0; i < 2; ++i) {  // one shard a stage, as two processes would write them
+            shards.emplace_back("stage-" + std::to_string(i) + ".bin");
+            tpipe::libtorch::add_stage(shards.back(), pa.stage(i), oa);
+        }
+        out.begin(std::move(m), std::move(shards));
+        out.finish();
+    }
+    const tpipe::state::checkpoint_reader in(dir);
+    REQUIRE(in.has("adamw.vmax/0.weight"));
+
+    // Loaded on one stage (another cut): each tensor is read by name.
+    auto b = make(true);
+    tpipe::uniform_pipeline<module_stage> pb(tpipe::libtorch::cut(b, {0, 4}));
+    auto ob = optimizer_of(b, 0.9);
+    tpipe::libtorch::load_stage(in, pb.stage(0), ob);
+    {
+        const auto want = a->parameters(), got = b->parameters();
+        REQUIRE(want.size() == got.size());
+        for (std::size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i], got[i]));
+    }
+
+    // Resumed on the saver's cut, in another model: two more steps are bitwise the saver's.
+    auto c = make(true);
+    tpipe::uniform_pipeline<module_stage> pc(tpipe::libtorch::cut(c, {0, 2, 4}));
+    auto oc = optimizer_of(c, 0.9);
+    for (std::size_t i = 0; i < 2; ++i) tpipe::libtorch::load_stage(in, pc.stage(i), oc);
+    for (std::size_t s = 2; s < 4; ++s) {
+        step(pa, oa, data[s]);
+        step(pc, oc, data[s]);
+    }
+    {
+        const auto want = a->parameters(), got = c->parameters();
+        for (std::size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i], got[i]));
+    }
+
+    // Another beta1 is refused, naming it.
+    auto d = make(true);
+    tpipe::uniform_pipeline<module_stage> pd(tpipe::libtorch::cut(d, {0, 4}));
+    auto od = optimizer_of(d, 0.8);
+    CHECK_THROWS_WITH(tpipe::libtorch::load_stage(in, pd.stage(0), od),
+                      Catch::Contains("another AdamW") && Catch::Contains("group 0 beta1 0.9") &&
+                          Catch::Contains("(this optimizer: 0.8"));
+    std::filesystem::remove_all(dir);
+}

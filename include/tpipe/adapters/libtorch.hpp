@@ -34,6 +34,8 @@
 // - a tensor that requires grad, is reached by a stage's graph and is not in its parameter list
 //   is refused under split backward (it would lose its gradient; libtorch/module_stage.hpp).
 // - check_token_slicing (libtorch/slicing_check.hpp) finds a stage not prepared for token slices.
+// - checkpoints: add_stage / load_stage write and read a stage's parameters and AdamW state in
+//   tpipe's checkpoint format, reshardable by name (libtorch/checkpoint.hpp).
 // - OpenBLAS's own thread pool is limited to one thread when the first stage runs, unless
 //   OPENBLAS_NUM_THREADS is set (libtorch/blas_threads.hpp).
 //
@@ -41,6 +43,7 @@
 // bytes (the body), libtorch/tensor_payload.hpp; libtorch/process_sum.hpp (needs MPI) sums the
 // gradients and the loss over the processes.
 #include "tpipe/adapters/libtorch/blas_threads.hpp"
+#include "tpipe/adapters/libtorch/checkpoint.hpp"
 #include "tpipe/adapters/libtorch/cut.hpp"
 #include "tpipe/adapters/libtorch/kv_cache.hpp"
 #include "tpipe/adapters/libtorch/module_stage.hpp"
