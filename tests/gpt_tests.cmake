@@ -60,6 +60,17 @@ if(TPIPE_BUILD_EXAMPLES)
   set_tests_properties(gpt_train_missing_data PROPERTIES WILL_FAIL TRUE)
 endif()
 
+if(TPIPE_BUILD_EXAMPLES)
+  # SIGTERM stops elastic training at a step boundary (over MPI: one signalled process stops both).
+  add_test(NAME gpt_elastic_stop_threads COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/elastic_stop.sh $<TARGET_FILE:train_gpt> threads)
+  set_tests_properties(gpt_elastic_stop_threads PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  if(TPIPE_ENABLE_MPI)
+    add_test(NAME gpt_elastic_stop_mpi COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/elastic_stop.sh $<TARGET_FILE:train_gpt> mpi
+                                               ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+    set_tests_properties(gpt_elastic_stop_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  endif()
+endif()
+
 # The reference GPT over MPI processes equals the same training on threads, bitwise.
 if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
   add_test(NAME gpt_mpi_equals_threads

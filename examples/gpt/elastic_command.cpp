@@ -2,6 +2,8 @@
 // device per MPI process (--transport mpi). Prints each interval's plan and throughput.
 #include "elastic_command.hpp"
 
+#include "../common/launch.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -346,6 +348,19 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     [[maybe_unused]] const int per_process = std::max(1, o.threads > 0 ? o.threads : hw / o.devices);  // under MPI only
     bool speaks = true;
     elastic_result res;
+    // SIGINT/SIGTERM: stop at the next step boundary. Over MPI the processes agree on it at every
+    // step (a signal reaches them at different times, or only some of them).
+    const tpipe_examples::stop_request stop(true);
+    int stop_signal = 0;
+    o.stop = [&](std::int64_t) {
+        stop_signal = stop.signal();
+#ifdef TPIPE_GPT_MPI
+        if (c.transport == "mpi")
+            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, &stop_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
+                              "MPI_Allreduce (stop signal)");
+#endif
+        return stop_signal != 0;
+    };
     auto print = [&](const interval_report& r) {
         if (speaks) print_interval(r, c);
     };
@@ -383,6 +398,14 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         o.measured = measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
         if (c.json) print_planner_model(c.cfg, data, o);
         res = train_elastic(c.cfg, data, o, print);
+    }
+    if (res.stopped_after >= 0) {
+        if (speaks || stop.requested())
+            std::cerr << "train_gpt: " << tpipe_examples::stop_request::signal_name(stop_signal)
+                      << (stop.requested() ? " received" : " received by another process")
+                      << ": stopped at the step boundary after step " << res.stopped_after << " of " << o.steps
+                      << " (elastic training saves no checkpoint yet)\n";
+        return 128 + stop_signal;
     }
     if (!speaks) return 0;
     double samples = 0;

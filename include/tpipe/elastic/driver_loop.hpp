@@ -66,8 +66,17 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         const frozen_counters rows_before = be.frozen_rows();
         const auto t0 = clock::now();
         double loss_sum = 0;
-        for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step) loss_sum += be.step(step);
+        std::int64_t done = 0;
+        for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step, ++done) {
+            if (o.stop && o.stop(step)) {
+                res.stopped_after = step;
+                break;
+            }
+            loss_sum += be.step(step);
+        }
+        rep.steps = done;
         rep.seconds = since(t0);
+        if (done == 0) break;  // stopped before the interval's first step: nothing to report
         rep.mean_loss = loss_sum / static_cast<double>(rep.steps);
         rep.plan.measured_throughput = static_cast<double>(rep.steps * o.batch) / rep.seconds;
         res.replicas_identical = be.replicas_identical() && res.replicas_identical;
@@ -78,6 +87,7 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         rep.rows_cached = rows_after.cached - rows_before.cached;
         if (on_interval) on_interval(rep);
         res.intervals.push_back(std::move(rep));
+        if (res.stopped_after >= 0) break;
     }
     res.seconds = since(t_run);
     return res;

@@ -52,6 +52,10 @@ struct driver_options {
     std::optional<token_slicing> slicing{};  //!< TeraPipe slices (none: microbatches of whole sequences)
     //! Tests: the frozen unit count of interval i given the previous one (replaces the policy).
     std::function<int(int interval, int frozen)> freeze{};
+    //! Asked before every step with the number of steps done; true ends the run at that step
+    //! boundary (run_report::stopped_after), e.g. on SIGTERM. Processes of one run must answer
+    //! alike: agree first (an all-reduce of their answers).
+    std::function<bool(std::int64_t steps_done)> stop{};
 };
 
 //! One interval: its plan and what it measured.
@@ -72,6 +76,7 @@ struct run_report {
     bool replicas_identical = true;    //!< after every interval, every replica held replica 0's trainable state
     bool replans_kept_weights = true;  //!< every re-plan handed replica 0's trainable state over bitwise
     double seconds = 0;                //!< training, re-plans included
+    std::int64_t stopped_after = -1;   //!< steps done when driver_options::stop ended the run (-1: it ran to the end)
 };
 
 //! The schedule the driver runs a scheme with: 1F1B over microbatches, TeraPipe's 1F1B over
