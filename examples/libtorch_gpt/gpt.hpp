@@ -5,6 +5,7 @@
 // tpipe::libtorch::kv_cache. Outside a pipeline both are no-ops (a whole sequence, no cache).
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include <torch/torch.h>
 
@@ -96,12 +97,24 @@ struct HeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
-//! The model: embeddings, `layers` blocks, head.
-inline torch::nn::Sequential make_gpt(const config& c)
+//! The model: embeddings, `layers` blocks, head. Module m draws its initial weights from
+//! `seed` and m alone, so a process that builds only the modules of its stages (`builds(m)`;
+//! the others are parameterless placeholders) holds the weights a whole model would have there.
+inline torch::nn::Sequential make_gpt(const config& c, std::uint64_t seed = 1,
+                                      const std::function<bool(std::size_t)>& builds = {})
 {
-    auto model = torch::nn::Sequential(Embeddings(c));
-    for (std::int64_t i = 0; i < c.layers; ++i) model->push_back(Block(c));
-    model->push_back(Head(c));
+    torch::nn::Sequential model;
+    const auto modules = static_cast<std::size_t>(c.layers) + 2;
+    for (std::size_t m = 0; m < modules; ++m) {
+        if (builds && !builds(m)) {
+            model->push_back(torch::nn::Identity());
+            continue;
+        }
+        torch::manual_seed(seed * 1000003 + m);
+        if (m == 0) model->push_back(Embeddings(c));
+        else if (m + 1 == modules) model->push_back(Head(c));
+        else model->push_back(Block(c));
+    }
     return model;
 }
 // [/snippet]

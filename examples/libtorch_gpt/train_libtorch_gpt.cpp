@@ -128,6 +128,9 @@ flags parse(int argc, char** argv)
         for (const char* g : {"--stages", "--schedule", "--slicer", "--watchdog"})
             if (given.count(g))
                 throw usage_error(std::string(g) + " does not apply with --transport none (plain libtorch, no pipeline)");
+    if (f.o.check_slicing && f.o.transport != "threads")
+        throw usage_error("--check-slicing runs every stage in this process: use it with --transport threads (under "
+                          "--transport mpi each process holds its own stage only)");
     if (given.count("--save") != given.count("--save-every"))
         throw usage_error("--save DIR and --save-every N go together");
     if (given.count("--keep") && !given.count("--save")) throw usage_error("--keep applies with --save");

@@ -181,13 +181,14 @@ private:
 };
 
 //! What every transport needs: the model, its optimizer and the data, as a trainer has them.
+//! `builds` (none: all) names the modules this process holds; the optimizer steps those only.
 struct trainer {
     config cfg;
     torch::nn::Sequential model{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;
     corpus data;
 
-    explicit trainer(const options& o)
+    explicit trainer(const options& o, const std::function<bool(std::size_t)>& builds = {})
         : cfg{.vocab = 256, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .layers = o.layers},
           data(o.data, o.seed)
     {
@@ -195,8 +196,7 @@ struct trainer {
             throw tpipe::invalid_argument("--heads " + std::to_string(o.heads) + " must divide --d-model " +
                                           std::to_string(o.d_model));
         if (o.threads > 0) torch::set_num_threads(o.threads);
-        torch::manual_seed(o.seed);
-        model = make_gpt(cfg);
+        model = make_gpt(cfg, o.seed, builds);
         optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(o.lr));
     }
 };
@@ -253,6 +253,10 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     using pipe_t = decltype(pipe);
     using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
     constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
+    if constexpr (!local)  // this process holds its own stage only (make_gpt built placeholders for the rest)
+        for (std::size_t i = 0; i < pipe.size(); ++i)
+            if (static_cast<int>(i) != over->process())
+                pipe.stage(i) = tpipe::libtorch::module_stage::elsewhere(pipe.stage(i).name());
     std::unique_ptr<runner_t> runner;
     tpipe::run_options opts;
     opts.watchdog = std::chrono::seconds(o.watchdog);
@@ -299,9 +303,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
         // [/snippet]
         tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        // Each process holds its stage's gradients, and the last stage the loss: summed, every
-        // process steps the whole model and keeps the same weights.
-        if constexpr (!local) tpipe::libtorch::sum_over_processes(pipe, tr.model->parameters(), loss);
+        // Each process holds and steps its own stage's parameters; only the last stage knows the
+        // loss, which is summed over the processes (no gradient crosses: nothing is replicated).
+        if constexpr (!local) tpipe::libtorch::sum_over_processes(pipe, {}, loss);
 #endif
         tr.optimizer->step();
         r.losses.push_back(loss);
@@ -313,12 +317,48 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     return r;
 }
 
-} // namespace
-
-result train(const options& o)
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+//! Every process's parameters, flattened, concatenated in process order (= stage order = the
+//! model's module order), on every process.
+std::vector<double> gather_weights(const std::vector<double>& mine)
 {
-    trainer tr(o);
+    int processes = 0;
+    tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &processes), "MPI_Comm_size");
+    const int count = static_cast<int>(mine.size());
+    std::vector<int> counts(static_cast<std::size_t>(processes)), at(static_cast<std::size_t>(processes));
+    tpipe::mpi::check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD),
+                      "MPI_Allgather (weight counts)");
+    int total = 0;
+    for (std::size_t p = 0; p < counts.size(); ++p) {
+        at[p] = total;
+        total += counts[p];
+    }
+    std::vector<double> all(static_cast<std::size_t>(total));
+    tpipe::mpi::check(MPI_Allgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), at.data(), MPI_DOUBLE,
+                                     MPI_COMM_WORLD),
+                      "MPI_Allgatherv (weights)");
+    return all;
+}
+#endif
+
+//! The run's losses, time and final weights (tokens/s left to train()).
+result run(const options& o)
+{
     result r;
+    if (o.transport == "mpi") {
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(o.stages), 0);
+        const auto cuts = even_cuts(o.layers, o.stages);
+        const auto me = static_cast<std::size_t>(x.process());
+        trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
+        r = pipelined(o, tr, &x);
+        r.weights = gather_weights(flatten(*tr.model));
+#else
+        throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
+#endif
+        return r;
+    }
+    trainer tr(o);
     if (o.transport == "none") {
         auto t0 = std::chrono::steady_clock::now();
         for (int step = 0; step < o.steps; ++step) {
@@ -329,19 +369,20 @@ result train(const options& o)
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else if (o.transport == "threads") {
         r = pipelined<tpipe::local_transport>(o, tr, nullptr);
-    } else if (o.transport == "mpi") {
-#ifdef TPIPE_LIBTORCH_GPT_MPI
-        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(o.stages), 0);
-        r = pipelined(o, tr, &x);
-#else
-        throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
-#endif
     } else {
         throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
     }
+    r.weights = flatten(*tr.model);
+    return r;
+}
+
+} // namespace
+
+result train(const options& o)
+{
+    result r = run(o);
     const int timed = o.steps - r.first_step;  // steps after the first one run
     r.tokens_per_s = double(o.batch) * double(o.seq_len) * std::max(1, timed) / r.seconds;
-    r.weights = flatten(*tr.model);
     return r;
 }
 

@@ -3,6 +3,7 @@
 // check_token_slicing naming a stage not prepared for token slices; a checkpoint of parameters
 // and AdamW state resumed on another cut.
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -261,5 +262,64 @@ TEST_CASE("a libtorch checkpoint restores parameters and AdamW state so that tra
     CHECK_THROWS_WITH(tpipe::libtorch::load_stage(in, pd.stage(0), od),
                       Catch::Contains("another AdamW") && Catch::Contains("group 0 beta1 0.9") &&
                           Catch::Contains("(this optimizer: 0.8"));
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a libtorch checkpoint of stage-local optimizers resumes each stage from its own shard's state",
+          "[libtorch][checkpoint]")
+{
+    // Each stage with an optimizer of its own parameters only (as a process holding one stage
+    // has): the manifest's optimizer section is the first stage's, and its group sizes differ
+    // from the second stage's optimizer, which must still load.
+    auto stage_optimizers = [](tpipe::uniform_pipeline<module_stage>& pipe) {
+        std::vector<std::unique_ptr<torch::optim::AdamW>> opts;
+        for (std::size_t i = 0; i < pipe.size(); ++i)
+            opts.push_back(std::make_unique<torch::optim::AdamW>(pipe.stage(i).parameters(),
+                                                                 torch::optim::AdamWOptions(1e-2).weight_decay(0.05)));
+        return opts;
+    };
+    auto step = [](tpipe::uniform_pipeline<module_stage>& pipe, std::vector<std::unique_ptr<torch::optim::AdamW>>& opts,
+                   const batch& b) {
+        for (auto& o : opts) o->zero_grad();
+        train(pipe, "1f1b", "microbatch:2", b);
+        for (auto& o : opts) o->step();
+    };
+    torch::manual_seed(12);
+    const std::vector<batch> data(4);
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("tpipe_libtorch_ckpt_local_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+
+    auto a = make(false);
+    tpipe::uniform_pipeline<module_stage> pa(tpipe::libtorch::cut(a, {0, 1, 4}));
+    auto oa = stage_optimizers(pa);
+    REQUIRE(oa[0]->param_groups()[0].params().size() != oa[1]->param_groups()[0].params().size());
+    step(pa, oa, data[0]);
+    step(pa, oa, data[1]);
+    {
+        tpipe::state::checkpoint_writer out({.root = dir, .shards = 2});
+        tpipe::state::manifest m;
+        m.step = 2;
+        m.optimizer = tpipe::libtorch::adamw_json(*oa[0]);
+        std::vector<tpipe::state::shard_snapshot> shards;
+        for (std::size_t i = 0; i < 2; ++i) {
+            shards.emplace_back("stage-" + std::to_string(i) + ".bin");
+            tpipe::libtorch::add_stage(shards.back(), pa.stage(i), *oa[i]);
+        }
+        out.begin(std::move(m), std::move(shards));
+        out.finish();
+    }
+    const tpipe::state::checkpoint_reader in(dir);
+    auto c = make(false);
+    tpipe::uniform_pipeline<module_stage> pc(tpipe::libtorch::cut(c, {0, 1, 4}));
+    auto oc = stage_optimizers(pc);
+    for (std::size_t i = 0; i < 2; ++i) tpipe::libtorch::load_stage(in, pc.stage(i), *oc[i]);
+    for (std::size_t s = 2; s < 4; ++s) {
+        step(pa, oa, data[s]);
+        step(pc, oc, data[s]);
+    }
+    const auto want = a->parameters(), got = c->parameters();
+    REQUIRE(want.size() == got.size());
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i], got[i]));
     std::filesystem::remove_all(dir);
 }

@@ -161,9 +161,10 @@ inline void add_stage(state::shard_snapshot& shard, const module_stage& stage, c
     }
 }
 
-//! Checks the checkpoint's optimizer section against `opt` (the same groups, betas, eps, weight
-//! decay and amsgrad; the learning rate may differ, since a schedule changes it) and returns
-//! its step count. Throws state::incompatible_checkpoint naming each difference.
+//! Checks the checkpoint's optimizer section against `opt` (as many groups, with the same betas,
+//! eps, weight decay and amsgrad; not the learning rate, which a schedule changes, nor the
+//! groups' sizes, since a process with stage-local optimizers holds only its stages' share) and
+//! returns its step count. Throws state::incompatible_checkpoint naming each difference.
 inline std::int64_t load_adamw(const state::checkpoint_reader& in, const torch::optim::AdamW& opt)
 {
     const auto& saved = in.contents().optimizer;
@@ -179,7 +180,7 @@ inline std::int64_t load_adamw(const state::checkpoint_reader& in, const torch::
                                              " AdamW parameter groups, this optimizer has " + std::to_string(b.size()));
     std::string diff;
     for (std::size_t g = 0; g < a.size(); ++g)
-        for (const char* k : {"beta1", "beta2", "eps", "weight_decay", "amsgrad", "parameters"}) {
+        for (const char* k : {"beta1", "beta2", "eps", "weight_decay", "amsgrad"}) {
             const std::string x = a[g].contains(k) ? json::dump(a[g].at(k)) : "(none)", y = json::dump(b[g].at(k));
             if (x != y) diff += (diff.empty() ? "" : ", ") + std::string("group ") + std::to_string(g) + " " + k + " " + x +
                                 " (this optimizer: " + y + ")";
