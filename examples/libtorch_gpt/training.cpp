@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -24,6 +25,7 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
 #include <tpipe/state/checkpoint_writer.hpp>
+#include <tpipe/state/checksum.hpp>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
 #include <tpipe/adapters/libtorch/process_sum.hpp>
@@ -317,9 +319,38 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     return r;
 }
 
+std::string checksum_of(const std::vector<double>& weights)
+{
+    tpipe::state::checksum sum;
+    sum.update(std::as_bytes(std::span<const double>(weights)));
+    return tpipe::state::checksum::to_hex(sum.value());
+}
+
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-//! Every process's parameters, flattened, concatenated in process order (= stage order = the
-//! model's module order), on every process.
+//! checksum_of() the processes' parameters concatenated in process order (= stage order = the
+//! model's module order), on process 0, which receives one process's share at a time.
+std::string checksum_over_processes(const std::vector<double>& mine, int me, int processes)
+{
+    const int count = static_cast<int>(mine.size());
+    if (me != 0) {
+        tpipe::mpi::check(MPI_Send(&count, 1, MPI_INT, 0, 0, MPI_COMM_WORLD), "MPI_Send (weight count)");
+        tpipe::mpi::check(MPI_Send(mine.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD), "MPI_Send (weights)");
+        return {};
+    }
+    tpipe::state::checksum sum;
+    sum.update(std::as_bytes(std::span<const double>(mine)));
+    for (int p = 1; p < processes; ++p) {
+        int n = 0;
+        tpipe::mpi::check(MPI_Recv(&n, 1, MPI_INT, p, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv (weight count)");
+        std::vector<double> theirs(static_cast<std::size_t>(n));
+        tpipe::mpi::check(MPI_Recv(theirs.data(), n, MPI_DOUBLE, p, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                          "MPI_Recv (weights)");
+        sum.update(std::as_bytes(std::span<const double>(theirs)));
+    }
+    return tpipe::state::checksum::to_hex(sum.value());
+}
+
+//! Every process's parameters, flattened, concatenated in process order, on every process.
 std::vector<double> gather_weights(const std::vector<double>& mine)
 {
     int processes = 0;
@@ -352,7 +383,9 @@ result run(const options& o)
         const auto me = static_cast<std::size_t>(x.process());
         trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
         r = pipelined(o, tr, &x);
-        r.weights = gather_weights(flatten(*tr.model));
+        const std::vector<double> mine = flatten(*tr.model);
+        r.weights_fnv = checksum_over_processes(mine, x.process(), o.stages);
+        if (o.keep_weights) r.weights = gather_weights(mine);
 #else
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
@@ -373,6 +406,8 @@ result run(const options& o)
         throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
     }
     r.weights = flatten(*tr.model);
+    r.weights_fnv = checksum_of(r.weights);
+    if (!o.keep_weights) r.weights = {};
     return r;
 }
 

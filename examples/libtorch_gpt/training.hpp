@@ -28,12 +28,16 @@ struct options {
     int save_every = 0;                 //!< steps between checkpoints (with save)
     int keep = 0;                       //!< newest checkpoints kept (0: all)
     std::string resume;                 //!< checkpoint (or run directory) to continue from
+    //! result::weights holds every parameter (on every process); false: only result::weights_fnv,
+    //! so that over MPI no process ever holds the whole model.
+    bool keep_weights = true;
 };
 
 struct result {
     std::vector<double> losses;  //!< mean loss of every step run (from the resumed step on)
     int first_step = 1;          //!< the first step run (> 1 when resumed)
-    std::vector<double> weights;  //!< every parameter after the last step, flattened in model order
+    std::vector<double> weights;  //!< every parameter after the last step, flattened in model order (keep_weights)
+    std::string weights_fnv;      //!< FNV-1a of those doubles' bytes (on the process that speaks)
     double seconds = 0;          //!< wall time of steps 2..N (the first warms up; all of it for one step)
     double tokens_per_s = 0;     //!< over those steps
     bool speaks = true;          //!< this process reports (process 0 under MPI)
