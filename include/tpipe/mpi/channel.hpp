@@ -275,6 +275,11 @@ private:
             if (!flag) return false;
             detail::end_outstanding();
             expect(st, sizeof(header), tag, "header");
+            // The other channels' finished sends give their bodies back to the payload pool
+            // first, so that this body can be one of them: a sending channel is otherwise reaped
+            // only by its own drain or the progress thread, and a ping-pong would allocate,
+            // zero-fill and page-fault a fresh body per message (hooks only try-lock: no deadlock).
+            if constexpr (recyclable_payload<T>) detail::run_progress_hooks(this);
             s.value.emplace(traits::make(s.head));
             const std::span<std::byte> body = traits::bytes(*s.value);
             if (body.empty()) {

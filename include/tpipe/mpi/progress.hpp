@@ -75,10 +75,20 @@ inline void remove_progress_hook(progress_hook* h) noexcept
     std::lock_guard<std::mutex> g(hooks().m);
     std::erase(hooks().list, h);
 }
-inline void run_progress_hooks() noexcept
+//! Runs every hook but `skip` (a hook that calls this while holding its own lock). A hook that
+//! calls it from inside a run on the same thread (the progress thread's tick reaching a channel
+//! that asks for it) returns at once: this thread is running them already.
+inline void run_progress_hooks(const progress_hook* skip = nullptr) noexcept
 {
-    std::lock_guard<std::mutex> g(hooks().m);
-    for (progress_hook* h : hooks().list) h->progress();
+    static thread_local bool running = false;
+    if (running) return;
+    running = true;
+    {
+        std::lock_guard<std::mutex> g(hooks().m);
+        for (progress_hook* h : hooks().list)
+            if (h != skip) h->progress();
+    }
+    running = false;
 }
 
 //! Set by every MPI_Test of a loop's poller: a loop that polls drives progress itself.
