@@ -188,3 +188,51 @@ TEST_CASE("elastic driver: refuses to plan without unit times or with a batch th
     tpipe::elastic::thread_driver<chain> e([&] { return std::make_unique<chain>(3, data); }, 15, o);
     REQUIRE_THROWS_WITH(e.run(), Catch::Contains("must be a multiple of the 2 devices"));
 }
+
+TEST_CASE("elastic driver: a stop asked for mid-interval ends the run there, with the weights of a run of that length",
+          "[elastic][driver]")
+{
+    std::vector<double> data(32);
+    for (std::size_t k = 0; k < data.size(); ++k) data[k] = 0.5 + 0.03 * static_cast<double>(k % 11);
+    const int units = 5;
+    tpipe::elastic::driver_options o;
+    o.devices = 2;
+    o.batch = 8;
+    o.steps = 16;
+    o.freeze_every = 4;
+    o.threads = 2;
+    o.measured = {std::vector<double>(units, 1.0), std::vector<double>(units, 2.0)};
+    o.freeze = [](int interval, int) { return interval == 0 ? 0 : 2; };
+    std::vector<std::int64_t> asked;
+    o.stop = [&](std::int64_t done) {
+        asked.push_back(done);
+        return done == 6;  // e.g. SIGTERM seen after the 6th step: inside the second interval
+    };
+    tpipe::elastic::thread_driver<chain> stopped([&] { return std::make_unique<chain>(units, data); },
+                                                 static_cast<std::int64_t>(data.size()), o);
+    const auto report = stopped.run();
+    REQUIRE(report.stopped_after == 6);
+    REQUIRE(asked == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6});  // before every step, then no more
+    REQUIRE(report.intervals.size() == 2);
+    REQUIRE(report.intervals[0].steps == 4);
+    REQUIRE(report.intervals[1].steps == 2);
+
+    o.stop = {};
+    o.steps = 6;  // the same run, told its length
+    tpipe::elastic::thread_driver<chain> shorter([&] { return std::make_unique<chain>(units, data); },
+                                                 static_cast<std::int64_t>(data.size()), o);
+    const auto full = shorter.run();
+    REQUIRE(full.stopped_after == -1);
+    REQUIRE(full.intervals.size() == 2);
+    REQUIRE(stopped.replica(0).w == shorter.replica(0).w);
+    REQUIRE(stopped.replica(1).w == shorter.replica(1).w);
+
+    // Asked to stop before the first step: nothing is trained and no interval is reported.
+    o.steps = 16;
+    o.stop = [](std::int64_t) { return true; };
+    tpipe::elastic::thread_driver<chain> none([&] { return std::make_unique<chain>(units, data); },
+                                              static_cast<std::int64_t>(data.size()), o);
+    const auto empty = none.run();
+    REQUIRE(empty.stopped_after == 0);
+    REQUIRE(empty.intervals.empty());
+}
