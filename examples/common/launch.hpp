@@ -84,10 +84,17 @@ public:
     }
     bool requested() const noexcept { return detail::stop_signal != 0; }
     int signal() const noexcept { return static_cast<int>(detail::stop_signal); }
-    const char* name() const noexcept { return signal_name(signal()); }
-    static const char* signal_name(int sig) noexcept { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+    //! What a stopped run says: `agreed` is the signal every process stopped for (over MPI the
+    //! largest any of them received, so this one may not have received it itself).
+    std::string stopped_at(int agreed, std::int64_t after, std::int64_t of) const
+    {
+        return std::string(signal_name(agreed)) + (requested() ? " received" : " received by another process") +
+               ": stopped at the step boundary after step " + std::to_string(after) + " of " + std::to_string(of);
+    }
 
 private:
+    static const char* signal_name(int sig) noexcept { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
     bool enabled_;
     struct sigaction old_int_ {}, old_term_ {};
 };

@@ -401,9 +401,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     }
     if (res.stopped_after >= 0) {
         if (speaks || stop.requested())
-            std::cerr << "train_gpt: " << tpipe_examples::stop_request::signal_name(stop_signal)
-                      << (stop.requested() ? " received" : " received by another process")
-                      << ": stopped at the step boundary after step " << res.stopped_after << " of " << o.steps
+            std::cerr << "train_gpt: " << stop.stopped_at(stop_signal, res.stopped_after, o.steps)
                       << " (elastic training saves no checkpoint yet)\n";
         return 128 + stop_signal;
     }

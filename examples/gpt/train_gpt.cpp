@@ -888,9 +888,7 @@ int train(const options& o)
                 saver->finish();
             }
             if (speaks || stop.requested())
-                std::cerr << "train_gpt: " << tpipe_examples::stop_request::signal_name(stop_signal)
-                          << (stop.requested() ? " received" : " received by another process")
-                          << ": stopped at the step boundary after step " << step - 1 << " of " << o.steps
+                std::cerr << "train_gpt: " << stop.stopped_at(stop_signal, step - 1, o.steps)
                           << (saves ? ", saved in " + o.ckpt.save : std::string()) << "\n";
             return 128 + stop_signal;
         }

@@ -384,8 +384,12 @@ result run(const options& o)
         trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
         r = pipelined(o, tr, &x);
         const std::vector<double> mine = flatten(*tr.model);
-        r.weights_fnv = checksum_over_processes(mine, x.process(), o.stages);
-        if (o.keep_weights) r.weights = gather_weights(mine);
+        if (o.keep_weights) {  // every process gets the whole model: its checksum is at hand
+            r.weights = gather_weights(mine);
+            r.weights_fnv = checksum_of(r.weights);
+        } else {
+            r.weights_fnv = checksum_over_processes(mine, x.process(), o.stages);
+        }
 #else
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
