@@ -1,13 +1,10 @@
 #pragma once
-// Flag values of the example trainers (train_gpt, train_libtorch_gpt): a bad value is a
-// usage_error (exit status 2) saying what the flag needs. The checks are tpipe's own
-// (tpipe/core/checked.hpp): nothing wraps, rounds or clamps silently.
+// What the example trainers (train_gpt, train_libtorch_gpt) check beyond tpipe::flag_reader's
+// rules: a bad value is a usage_error (exit status 2) saying what the flag needs.
 #include <iostream>
-#include <limits>
-#include <stdexcept>
 #include <string>
 
-#include <tpipe/core/checked.hpp>
+#include <tpipe/core/flag_reader.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/elastic/fraction.hpp>
 
@@ -15,31 +12,7 @@
 
 namespace tpipe_examples {
 
-struct usage_error : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-//! The integer value of `flag`, in [lo, hi].
-template <class T = int>
-T to_int(const std::string& flag, const std::string& v, T lo, T hi = std::numeric_limits<T>::max())
-{
-    try {
-        return tpipe::parse_integer<T>(flag, v, lo, hi);
-    } catch (const tpipe::error& e) {
-        throw usage_error(e.what());
-    }
-}
-
-//! The positive finite number value of `flag`.
-inline double to_double(const std::string& flag, const std::string& v)
-{
-    try {
-        const double x = tpipe::parse_finite(flag, v, 0);
-        if (x > 0) return x;
-    } catch (const tpipe::error&) {
-    }
-    throw usage_error(flag + " needs a positive finite number, got '" + v + "'");
-}
+using usage_error = tpipe::usage_error;  // what tpipe::flag_reader throws: exit status 2
 
 //! A fraction given as p/q or a decimal (--alpha 1/3, as the help shows its default), exactly.
 inline double to_fraction(const std::string& flag, const std::string& v)

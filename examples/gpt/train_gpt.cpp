@@ -25,7 +25,7 @@
 
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/checked.hpp>
-#include <tpipe/core/command_line.hpp>
+#include <tpipe/core/flag_reader.hpp>
 #include <tpipe/core/file.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/core/json.hpp>
@@ -66,8 +66,6 @@
 namespace {
 
 using gpt::fnv_hex;
-using tpipe_examples::to_double;
-using tpipe_examples::to_int;
 using tpipe_examples::usage_error;
 
 struct options {
@@ -188,69 +186,55 @@ void check_memory(const options& o)
 
 options parse(int argc, char** argv)
 {
-    options o;
-    o.cfg.layers = 4;
-    o.cfg.d_model = 128;
-    o.cfg.heads = 4;
-    o.cfg.seq_len = 128;
-    std::set<std::string> given;  // each flag once: a repeated flag silently winning hides a typo
-    tpipe::command_line words(argc, argv);  // --flag=value is --flag value
-    argc = words.argc();
-    argv = words.argv();
-    for (int i = 1; i < argc; ++i) {
-        const std::string f = argv[i];
-        if (f.rfind("--", 0) == 0 && !given.insert(f).second) throw usage_error(f + " is given twice; give it once");
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw usage_error(f + " needs a value");
-            return argv[++i];
-        };
-        if (f == "--help" || f == "-h") {
-            std::cout << usage_text;
-            std::exit(0);
-        } else if (f == "--layers") o.cfg.layers = to_int(f, value(), 1);
-        else if (f == "--d-model") o.cfg.d_model = to_int(f, value(), 1);
-        else if (f == "--heads") o.cfg.heads = to_int(f, value(), 1);
-        else if (f == "--seq-len") o.cfg.seq_len = to_int(f, value(), 1);
-        else if (f == "--batch") o.batch = to_int(f, value(), 1);
-        else if (f == "--steps") o.steps = to_int(f, value(), 1), o.steps_given = true;
-        else if (f == "--lr") o.lr = to_double(f, value());
-        else if (f == "--seed") o.seed = to_int<std::uint64_t>(f, value(), 0);
-        else if (f == "--stages") o.stages = to_int(f, value(), 1);
-        else if (f == "--schedule") o.schedule = value();
-        else if (f == "--virtual") o.virtual_stages = to_int(f, value(), 1);
-        else if (f == "--slicer") o.slicer = value();
-        else if (f == "--granularity") o.granularity = to_int<std::int64_t>(f, value(), 1);
-        else if (f == "--threads") o.threads = to_int(f, value(), 1);
-        else if (f == "--dp") o.dp = to_int(f, value(), 1);
-        else if (f == "--transport") o.transport = value();
-        else if (f == "--device") o.device = value();
-        else if (f == "--precision") o.precision = value();
-        else if (f == "--untied") o.cfg.tied = false;
-        else if (f == "--recompute") o.recompute = true;
-        else if (f == "--elastic") o.elastic = true;
-        else if (f == "--devices") o.el.opts.devices = to_int(f, value(), 1);
-        else if (f == "--alpha") o.el.opts.alpha = tpipe_examples::to_fraction(f, value());
-        else if (f == "--freeze-every") o.el.opts.freeze_every = to_int(f, value(), std::int64_t{1});
-        else if (f == "--epochs") o.el.epochs = to_int(f, value(), 1);
-        else if (f == "--max-frozen") o.el.opts.max_frozen = to_int(f, value(), 0);
-        else if (f == "--cache-mb") o.el.opts.cache_bytes = static_cast<std::size_t>(to_int(f, value(), 0)) << 20;
-        else if (f == "--no-autopipe") o.el.opts.autopipe = false;
-        else if (f == "--no-autodp") o.el.opts.autodp = false;
-        else if (f == "--no-autocache") o.el.opts.autocache = false;
-        else if (f == "--data") o.data = value();
-        else if (f == "--trace") o.trace = value();
-        else if (f == "--watchdog") o.watchdog = to_int(f, value(), 0, 86400);
-        else if (f == "--json") o.json = true;
-        else if (f == "--check") o.check = true;
-        else if (f == "--check-tol") o.check_tol = to_double(f, value());
-        else if (f == "--save") o.ckpt.save = value();
-        else if (f == "--save-every") o.ckpt.every = to_int(f, value(), 1);
-        else if (f == "--keep") o.ckpt.keep = to_int(f, value(), 1);
-        else if (f == "--resume") o.ckpt.resume = value();
-        else throw usage_error("unknown flag '" + f + "'");
+    tpipe::flag_reader r(argc, argv);  // tpipe-plan's rules: each flag known and given once, values checked
+    if (r.flag("--help") || r.flag("-h")) {
+        std::cout << usage_text;
+        std::exit(0);
     }
-    // A default fits the other defaults: four microbatches, or one per sequence if fewer.
-    if (!given.count("--slicer")) o.slicer = "microbatch:" + std::to_string(std::min(o.batch, 4));
+    options o;
+    constexpr int most = std::numeric_limits<int>::max();
+    o.cfg.layers = r.number("--layers", 4, 1, most);
+    o.cfg.d_model = r.number("--d-model", 128, 1, most);
+    o.cfg.heads = r.number("--heads", 4, 1, most);
+    o.cfg.seq_len = r.number("--seq-len", 128, 1, most);
+    o.batch = r.number("--batch", o.batch, 1, most);
+    o.steps = r.number("--steps", o.steps, 1, most);
+    o.steps_given = r.given("--steps");
+    o.lr = r.positive("--lr", o.lr);
+    o.seed = r.number<std::uint64_t>("--seed", o.seed, 0);
+    o.stages = r.number("--stages", o.stages, 1, most);
+    o.schedule = r.text("--schedule", o.schedule);
+    o.virtual_stages = r.number("--virtual", o.virtual_stages, 1, most);
+    o.slicer = r.text("--slicer", "microbatch:" + std::to_string(std::min(o.batch, 4)));  // fits the other defaults
+    o.granularity = r.number<std::int64_t>("--granularity", o.granularity, 1);
+    o.threads = r.number("--threads", o.threads, 1, most);
+    o.dp = r.number("--dp", o.dp, 1, most);
+    o.transport = r.text("--transport", o.transport);
+    o.device = r.text("--device", o.device);
+    o.precision = r.text("--precision", o.precision);
+    o.cfg.tied = !r.flag("--untied");
+    o.recompute = r.flag("--recompute");
+    o.elastic = r.flag("--elastic");
+    o.el.opts.devices = r.number("--devices", o.el.opts.devices, 1, most);
+    if (auto a = r.value("--alpha")) o.el.opts.alpha = tpipe_examples::to_fraction("--alpha", *a);
+    o.el.opts.freeze_every = r.number<std::int64_t>("--freeze-every", o.el.opts.freeze_every, 1);
+    o.el.epochs = r.number("--epochs", o.el.epochs, 1, most);
+    o.el.opts.max_frozen = r.number("--max-frozen", o.el.opts.max_frozen, 0, most);
+    if (r.given("--cache-mb")) o.el.opts.cache_bytes = static_cast<std::size_t>(r.number("--cache-mb", 0, 0, most)) << 20;
+    o.el.opts.autopipe = !r.flag("--no-autopipe");
+    o.el.opts.autodp = !r.flag("--no-autodp");
+    o.el.opts.autocache = !r.flag("--no-autocache");
+    o.data = r.text("--data", o.data);
+    o.trace = r.text("--trace", o.trace);
+    o.watchdog = r.number("--watchdog", o.watchdog, 0, 86400);
+    o.json = r.flag("--json");
+    o.check = r.flag("--check");
+    o.check_tol = r.positive("--check-tol", o.check_tol);
+    o.ckpt.save = r.text("--save", o.ckpt.save);
+    o.ckpt.every = r.number("--save-every", o.ckpt.every, 1, most);
+    o.ckpt.keep = r.number("--keep", o.ckpt.keep, 1, most);
+    o.ckpt.resume = r.text("--resume", o.ckpt.resume);
+    r.finish();
     check_memory(o);
     if (o.elastic && o.slicer == "terapipe" && o.transport == "mpi")
         throw usage_error("--elastic --slicer terapipe runs on threads; under --transport mpi drop --slicer terapipe "
@@ -274,48 +258,41 @@ options parse(int argc, char** argv)
         throw usage_error("unknown schedule '" + asked + "'; known: " + known +
                           " (or PyTorch's class names, e.g. Schedule1F1B)");
     }
-    if (given.count("--virtual") && !tpipe::schedule_registry::global().at(o.schedule).takes_virtual_stages)
-        throw usage_error("--virtual applies to the schedules with V stages per rank (e.g. interleaved); " +
-                          o.schedule + " places " + std::to_string(tpipe::stages_per_rank(o.schedule)) +
-                          " stage(s) per rank");
-    if (given.count("--granularity") && o.slicer != "terapipe")
-        throw usage_error("--granularity applies to the TeraPipe planner (--slicer terapipe), not to --slicer " +
-                          o.slicer);
-    if (given.count("--check-tol") && !o.check) throw usage_error("--check-tol applies with --check");
+    r.applies_only({"--virtual"}, tpipe::schedule_registry::global().at(o.schedule).takes_virtual_stages,
+                   "applies to the schedules with V stages per rank (e.g. interleaved); " + o.schedule + " places " +
+                       std::to_string(tpipe::stages_per_rank(o.schedule)) + " stage(s) per rank");
+    r.applies_only({"--granularity"}, o.slicer == "terapipe",
+                   "applies to the TeraPipe planner (--slicer terapipe), not to --slicer " + o.slicer);
+    r.applies_only({"--check-tol"}, o.check, "applies with --check");
     if (o.recompute && (o.device != "cpu" || o.elastic))
         throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
-    if (given.count("--save") != given.count("--save-every"))
-        throw usage_error("--save DIR and --save-every N go together");
-    if (given.count("--keep") && !given.count("--save")) throw usage_error("--keep applies with --save");
-    for (const char* f : {"--save", "--resume"})
-        if (given.count(f) && (o.elastic || o.device != "cpu" || o.check))
-            throw usage_error(std::string(f) + " is not supported with --elastic, --device cuda or --check yet");
-    if (given.count("--trace") && o.trace.empty()) throw usage_error("--trace needs a file name, got an empty one");
-    if (given.count("--threads")) tpipe_examples::check_threads(o.threads, 1);
-    if (o.elastic) {  // the elastic driver plans its own pipelines: nothing given may be ignored silently
-        for (const char* f : {"--schedule", "--stages", "--dp", "--trace", "--virtual", "--watchdog"})
-            if (given.count(f))
-                throw usage_error(std::string(f) + " does not apply with --elastic (it plans its pipelines itself: "
-                                  "--devices sets how many devices they use)");
-        if (given.count("--epochs") && given.count("--steps"))
-            throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
-    } else {
-        for (const char* f : {"--devices", "--alpha", "--freeze-every", "--epochs", "--max-frozen", "--cache-mb",
-                              "--no-autopipe", "--no-autodp", "--no-autocache"})
-            if (given.count(f)) throw usage_error(std::string(f) + " applies with --elastic");
-    }
+    if (r.given("--save") != r.given("--save-every")) throw usage_error("--save DIR and --save-every N go together");
+    r.applies_only({"--keep"}, r.given("--save"), "applies with --save");
+    r.applies_only({"--save", "--resume"}, !o.elastic && o.device == "cpu" && !o.check,
+                   "is not supported with --elastic, --device cuda or --check yet");
+    if (r.given("--trace") && o.trace.empty()) throw usage_error("--trace needs a file name, got an empty one");
+    if (r.given("--threads")) tpipe_examples::check_threads(o.threads, 1);
+    // The elastic driver plans its own pipelines: nothing given may be ignored silently.
+    r.applies_only({"--schedule", "--stages", "--dp", "--trace", "--virtual", "--watchdog"}, !o.elastic,
+                   "does not apply with --elastic (it plans its pipelines itself: --devices sets how many devices "
+                   "they use)");
+    if (o.elastic && r.given("--epochs") && r.given("--steps"))
+        throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
+    r.applies_only({"--devices", "--alpha", "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
+                    "--no-autodp", "--no-autocache"},
+                   o.elastic, "applies with --elastic");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
-    if (given.count("--precision") && o.device != "cuda") throw usage_error("--precision applies with --device cuda");
+    r.applies_only({"--precision"}, o.device == "cuda", "applies with --device cuda");
     if (o.device == "cuda") {
-        for (const char* f : {"--dp", "--transport", "--threads", "--trace", "--watchdog", "--elastic", "--devices", "--alpha",
-                              "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
-                              "--no-autodp", "--no-autocache", "--granularity"})
-            if (given.count(f)) throw usage_error(std::string(f) + " does not apply with --device cuda");
+        r.applies_only({"--dp", "--transport", "--threads", "--trace", "--watchdog", "--elastic", "--devices", "--alpha",
+                        "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe", "--no-autodp",
+                        "--no-autocache", "--granularity"},
+                       false, "does not apply with --device cuda");
         if (o.slicer == "terapipe")
             throw usage_error("--slicer terapipe profiles the CPU model; with --device cuda give a fixed slicer");
         if (o.precision != "fp32" && o.precision != "bf16")
             throw usage_error("unknown precision '" + o.precision + "'; use fp32 or bf16");
-        if (o.precision == "bf16" && !given.count("--check-tol")) o.check_tol = 3e-2;
+        if (o.precision == "bf16" && !r.given("--check-tol")) o.check_tol = 3e-2;
 #ifndef TPIPE_GPT_CUDA
         throw usage_error("--device cuda: this train_gpt was built without CUDA (configure with -DTPIPE_ENABLE_CUDA=ON)");
 #endif

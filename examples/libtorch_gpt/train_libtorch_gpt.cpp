@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
-#include <set>
 #include <string>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
@@ -22,7 +22,7 @@
 #include "../common/launch.hpp"
 #include "training.hpp"
 
-#include <tpipe/core/command_line.hpp>
+#include <tpipe/core/flag_reader.hpp>
 #include <tpipe/core/file.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/exec/fingerprint.hpp>
@@ -33,8 +33,6 @@
 
 namespace {
 
-using tpipe_examples::to_double;
-using tpipe_examples::to_int;
 using tpipe_examples::usage_error;
 
 const char* usage_text =
@@ -75,76 +73,58 @@ struct flags {
 
 flags parse(int argc, char** argv)
 {
-    flags f;
-    f.o.data = TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS;
-    std::set<std::string> given;  // each flag once: a repeated flag silently winning hides a typo
-    tpipe::command_line words(argc, argv);  // --flag=value is --flag value
-    argc = words.argc();
-    argv = words.argv();
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a.rfind("--", 0) == 0 && !given.insert(a).second) throw usage_error(a + " is given twice; give it once");
-        auto value = [&]() -> std::string {
-            if (i + 1 >= argc) throw usage_error(a + " needs a value");
-            return argv[++i];
-        };
-        if (a == "--help" || a == "-h") {
-            std::cout << usage_text;
-            std::exit(0);
-        } else if (a == "--layers") f.o.layers = to_int(a, value(), 1);
-        else if (a == "--d-model") f.o.d_model = to_int(a, value(), 1);
-        else if (a == "--heads") f.o.heads = to_int(a, value(), 1);
-        else if (a == "--seq-len") f.o.seq_len = to_int(a, value(), 1);
-        else if (a == "--batch") f.o.batch = to_int(a, value(), 1);
-        else if (a == "--steps") f.o.steps = to_int(a, value(), 1);
-        else if (a == "--lr") f.o.lr = to_double(a, value());
-        else if (a == "--seed") f.o.seed = to_int<std::uint64_t>(a, value(), 0);
-        else if (a == "--stages") f.o.stages = to_int(a, value(), 1);
-        else if (a == "--schedule") f.o.schedule = value();
-        else if (a == "--slicer") f.o.slicer = value();
-        else if (a == "--transport") f.o.transport = value();
-        else if (a == "--threads") f.o.threads = to_int(a, value(), 1);
-        else if (a == "--data") f.o.data = value();
-        else if (a == "--check-slicing") f.o.check_slicing = true;
-        else if (a == "--mpi-progress") {
-            const std::string v = value();
-            if (v != "on" && v != "off") throw usage_error("--mpi-progress takes on or off, got '" + v + "'");
-            f.mpi_progress = v == "on";
-        } else if (a == "--check") f.check = true;
-        else if (a == "--check-tol") f.check_tol = to_double(a, value());
-        else if (a == "--watchdog") f.o.watchdog = to_int(a, value(), 0, 86400);
-        else if (a == "--json") f.json = true;
-        else if (a == "--save") f.o.save = value();
-        else if (a == "--save-every") f.o.save_every = to_int(a, value(), 1);
-        else if (a == "--keep") f.o.keep = to_int(a, value(), 1);
-        else if (a == "--resume") f.o.resume = value();
-        else throw usage_error("unknown flag " + tpipe::quote(a));
+    tpipe::flag_reader r(argc, argv);  // tpipe-plan's and train_gpt's rules
+    if (r.flag("--help") || r.flag("-h")) {
+        std::cout << usage_text;
+        std::exit(0);
     }
+    flags f;
+    constexpr int most = std::numeric_limits<int>::max();
+    f.o.layers = r.number<std::int64_t>("--layers", f.o.layers, 1, most);
+    f.o.d_model = r.number<std::int64_t>("--d-model", f.o.d_model, 1, most);
+    f.o.heads = r.number<std::int64_t>("--heads", f.o.heads, 1, most);
+    f.o.seq_len = r.number<std::int64_t>("--seq-len", f.o.seq_len, 1, most);
+    f.o.batch = r.number("--batch", f.o.batch, 1, most);
+    f.o.steps = r.number("--steps", f.o.steps, 1, most);
+    f.o.lr = r.positive("--lr", f.o.lr);
+    f.o.seed = r.number<std::uint64_t>("--seed", f.o.seed, 0);
+    f.o.stages = r.number("--stages", f.o.stages, 1, most);
+    f.o.schedule = r.text("--schedule", f.o.schedule);
+    f.o.slicer = r.text("--slicer", f.o.slicer);
+    f.o.transport = r.text("--transport", f.o.transport);
+    f.o.threads = r.number("--threads", f.o.threads, 1, most);
+    f.o.data = r.text("--data", TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS);
+    f.o.check_slicing = r.flag("--check-slicing");
+    if (auto v = r.value("--mpi-progress")) {
+        if (*v != "on" && *v != "off") throw usage_error("--mpi-progress takes on or off, got " + tpipe::quote(*v));
+        f.mpi_progress = *v == "on";
+    }
+    f.check = r.flag("--check");
+    f.check_tol = r.positive("--check-tol", f.check_tol);
+    f.o.watchdog = r.number("--watchdog", f.o.watchdog, 0, 86400);
+    f.json = r.flag("--json");
+    f.o.save = r.text("--save", f.o.save);
+    f.o.save_every = r.number("--save-every", f.o.save_every, 1, most);
+    f.o.keep = r.number("--keep", f.o.keep, 1, most);
+    f.o.resume = r.text("--resume", f.o.resume);
+    r.finish();
     // The same rules as train_gpt's: nothing given is silently ignored.
-    if (given.count("--check-tol") && !f.check) throw usage_error("--check-tol applies with --check");
-    if (f.o.transport == "none")
-        for (const char* g : {"--stages", "--schedule", "--slicer", "--watchdog"})
-            if (given.count(g))
-                throw usage_error(std::string(g) + " does not apply with --transport none (plain libtorch, no pipeline)");
+    r.applies_only({"--check-tol"}, f.check, "applies with --check");
+    r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog"}, f.o.transport != "none",
+                   "does not apply with --transport none (plain libtorch, no pipeline)");
     if (f.o.check_slicing && f.o.transport != "threads")
         throw usage_error("--check-slicing runs every stage in this process: use it with --transport threads (under "
                           "--transport mpi each process holds its own stage only)");
-    if (given.count("--save") != given.count("--save-every"))
-        throw usage_error("--save DIR and --save-every N go together");
-    if (given.count("--keep") && !given.count("--save")) throw usage_error("--keep applies with --save");
-    for (const char* g : {"--save", "--resume"}) {
-        if (given.count(g) && f.o.transport == "none")
-            throw usage_error(std::string(g) + " applies to a pipelined run (--transport threads or mpi)");
-        if (given.count(g) && f.check)
-            throw usage_error(std::string(g) + " does not go with --check (its plain run starts from step 1)");
-    }
-    for (const char* g : {"--save", "--resume"})
-        if (given.count(g) && (g == std::string("--save") ? f.o.save : f.o.resume).empty())
-            throw usage_error(std::string(g) + " needs a directory, got an empty name");
+    if (r.given("--save") != r.given("--save-every")) throw usage_error("--save DIR and --save-every N go together");
+    r.applies_only({"--keep"}, r.given("--save"), "applies with --save");
+    r.applies_only({"--save", "--resume"}, f.o.transport != "none", "applies to a pipelined run (--transport threads or mpi)");
+    r.applies_only({"--save", "--resume"}, !f.check, "does not go with --check (its plain run starts from step 1)");
+    r.applies_only({"--save"}, !f.o.save.empty(), "needs a directory, got an empty name");
+    r.applies_only({"--resume"}, !f.o.resume.empty(), "needs a directory, got an empty name");
     if (f.o.transport != "none" && f.o.stages > f.o.layers)
         throw usage_error("--stages " + std::to_string(f.o.stages) + " for " + std::to_string(f.o.layers) +
                           " layers: every stage needs at least one layer (raise --layers)");
-    if (given.count("--threads")) tpipe_examples::check_threads(f.o.threads, 1);
+    if (r.given("--threads")) tpipe_examples::check_threads(f.o.threads, 1);
     return f;
 }
 

@@ -89,7 +89,7 @@ inline void cli_arguments(std::string_view text)
         else words.back() += c;
     }
     try {
-        cli::args a(words);
+        flag_reader a(words);
         const auto o = cli::read_pipeline(a, !words.empty() && words.front() != "--no-schedule");
         const auto c = cli::read_costs(a, o);
         a.finish();

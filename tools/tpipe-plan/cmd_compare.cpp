@@ -13,7 +13,7 @@
 namespace tpipe::cli {
 namespace {
 
-int compare_command(args& a)
+int compare_command(flag_reader& a)
 {
     if (a.flag("--help")) {
         std::cout << "usage: tpipe-plan compare [--stages P] [--microbatches M] [--slices S] [--f X --b Y --w Z]\n"

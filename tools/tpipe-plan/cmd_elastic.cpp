@@ -15,7 +15,7 @@
 
 namespace tpipe::cli {
 //! --token-slicing: the four-case plan of PipeTransformer x TeraPipe (cmd_elastic_tokens.cpp).
-int run_elastic_tokens(args& a);
+int run_elastic_tokens(flag_reader& a);
 } // namespace tpipe::cli
 
 namespace {
@@ -92,7 +92,7 @@ constexpr ablation_row ablation_rows[] = {
     {"freeze + AutoPipe + AutoDP + AutoCache", {true, true, true, true}},
 };
 
-int run_elastic(tpipe::cli::args& a)
+int run_elastic(tpipe::flag_reader& a)
 {
     if (a.flag("--token-slicing")) return tpipe::cli::run_elastic_tokens(a);
     if (a.flag("--help") || a.flag("-h")) {
@@ -123,7 +123,7 @@ int run_elastic(tpipe::cli::args& a)
     if (!model_arg) throw tpipe::invalid_argument("missing required --model (vit-b16 or an elastic model JSON file)");
     if (!alpha_text) throw tpipe::invalid_argument("missing required --alpha A (p/q or a decimal in (0, 1])");
     if (o.devices < 1) throw tpipe::invalid_argument("--devices must be >= 1, got " + std::to_string(o.devices));
-    o.initial_stages = stages_text ? tpipe::cli::args::parse<int>("--stages", *stages_text) : std::min(o.devices, 8);
+    o.initial_stages = stages_text ? tpipe::flag_reader::parse<int>("--stages", *stages_text) : std::min(o.devices, 8);
     if (o.initial_stages < 1 || o.devices % o.initial_stages != 0)
         throw tpipe::invalid_argument("--stages K0 = " + std::to_string(o.initial_stages) + " must be >= 1 and divide " +
                                       "--devices " + std::to_string(o.devices) + (stages_text ? "" : "; give --stages"));

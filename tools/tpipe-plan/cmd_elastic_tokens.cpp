@@ -36,7 +36,7 @@ to every token): it says so and falls back to PipeTransformer alone.
   --samples-per-epoch S  (default 16384)
 )";
 
-int run_elastic_tokens(tpipe::cli::args& a)
+int run_elastic_tokens(tpipe::flag_reader& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << token_usage;
@@ -58,7 +58,7 @@ int run_elastic_tokens(tpipe::cli::args& a)
     if (!model_arg) throw tpipe::invalid_argument("missing required --model (gpt3-13b, gpt3-175b, ... or vit-b16)");
     if (!alpha_text) throw tpipe::invalid_argument("missing required --alpha A (p/q or a decimal in (0, 1])");
     const auto alpha = tpipe::fraction::parse(*alpha_text);
-    const int k0 = stages_text ? tpipe::cli::args::parse<int>("--stages", *stages_text) : std::min(devices, 48);
+    const int k0 = stages_text ? tpipe::flag_reader::parse<int>("--stages", *stages_text) : std::min(devices, 48);
 
     if (*model_arg == "vit-b16") {  // the fall-back: the existing elastic plan, cases none and PipeTransformer
         const auto model = tpipe::elastic_presets::by_name(*model_arg);

@@ -32,7 +32,7 @@ std::vector<int> schedule(Policy p, int layers, int epochs, int max_frozen)
     return tpipe::freeze_schedule(p, layers, epochs, max_frozen);
 }
 
-int run_freeze(tpipe::cli::args& a)
+int run_freeze(tpipe::flag_reader& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << usage;

@@ -33,7 +33,7 @@ std::vector<double> parse_costs(const std::string& text)
     std::string item;
     const std::string expects = "--costs expects c1,c2,... (finite numbers), got '" + text + "'";
     try {
-        while (std::getline(in, item, ',')) out.push_back(tpipe::cli::args::parse<double>("--costs", item));
+        while (std::getline(in, item, ',')) out.push_back(tpipe::flag_reader::parse<double>("--costs", item));
     } catch (const tpipe::error& e) {
         throw tpipe::invalid_argument(expects + ": " + e.what());
     }
@@ -41,7 +41,7 @@ std::vector<double> parse_costs(const std::string& text)
     return out;
 }
 
-int run_partition(tpipe::cli::args& a)
+int run_partition(tpipe::flag_reader& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << usage;

@@ -115,7 +115,7 @@ measured run_spin(const program& prog, cpu_engine& eng, run_options opts, std::c
 //! Longest run (simulated makespan x iterations) the command starts.
 constexpr double max_run_seconds = 600;
 
-int run_command(args& a)
+int run_command(flag_reader& a)
 {
     if (a.flag("--help")) {
         std::cout << help;
@@ -124,7 +124,7 @@ int run_command(args& a)
     const auto opts = read_pipeline(a);
     const auto spin_us = a.value("--spin-us");
     if (!spin_us) throw invalid_argument("missing --spin-us U (busy time of every compute action, microseconds)");
-    const double us = args::parse<double>("--spin-us", *spin_us, 0, 1e6);
+    const double us = flag_reader::parse<double>("--spin-us", *spin_us, 0, 1e6);
     const int devices = a.number<int>("--devices", opts.ranks, 1, opts.ranks);  // a device beyond the ranks idles
     const int threads = a.number<int>("--threads", 0, 0, devices);
     const int iterations = a.number<int>("--iterations", 5, 1, 10'000);
@@ -143,7 +143,7 @@ int run_command(args& a)
     cpu_engine::options eo;
     eo.threads = threads;
     if (idle_spin) {
-        const double s = args::parse<double>("--idle-spin-us", *idle_spin, 0, 1e6);
+        const double s = flag_reader::parse<double>("--idle-spin-us", *idle_spin, 0, 1e6);
         eo.idle = cpu_engine::default_loop_options(threads == 0 ? cpu_engine::default_threads(devices) : threads);
         eo.idle->spin = std::chrono::nanoseconds(static_cast<long long>(s * 1e3));
     }

@@ -43,7 +43,7 @@ std::string gib(double b)
     return os.str();
 }
 
-int run_search(tpipe::cli::args& a)
+int run_search(tpipe::flag_reader& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << usage;

@@ -58,7 +58,7 @@ program read_program_file(const std::string& path)
     }
 }
 
-int simulate_command(args& a)
+int simulate_command(flag_reader& a)
 {
     if (a.flag("--help")) {
         std::cout << help << "\nschedules: " << schedule_list() << "\n";

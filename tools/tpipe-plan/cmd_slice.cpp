@@ -118,7 +118,7 @@ bool is_model_preset(const std::string& name)
     return false;
 }
 
-int run_slice(tpipe::cli::args& a)
+int run_slice(tpipe::flag_reader& a)
 {
     if (a.flag("--help") || a.flag("-h")) {
         std::cout << usage;
@@ -145,8 +145,8 @@ int run_slice(tpipe::cli::args& a)
     a.finish();
     if ((candidates_arg || within_arg) && !schedule_arg)
         throw tpipe::invalid_argument("--candidates and --within choose the plans --schedule simulates; give --schedule");
-    if (candidates_arg) ranking.max_plans = tpipe::cli::args::parse<std::size_t>("--candidates", *candidates_arg);
-    if (within_arg) ranking.within = tpipe::cli::args::parse<double>("--within", *within_arg);
+    if (candidates_arg) ranking.max_plans = tpipe::flag_reader::parse<std::size_t>("--candidates", *candidates_arg);
+    if (within_arg) ranking.within = tpipe::flag_reader::parse<double>("--within", *within_arg);
     if (ranking.max_plans < 1 || !(ranking.within >= 0))
         throw tpipe::invalid_argument("--candidates must be >= 1 and --within >= 0");
     const bool has_budget = budget_arg.has_value();
@@ -166,7 +166,7 @@ int run_slice(tpipe::cli::args& a)
         const auto& dev = tpipe::presets::device(device_arg.value_or("v100"));
         const auto& lnk = link_arg ? tpipe::presets::link(*link_arg) : tpipe::presets::default_link(dev);
         tpipe::analytic_latency::options opt;
-        if (tp_arg) opt.tensor_parallel = tpipe::cli::args::parse<int>("--tensor-parallel", *tp_arg, 1, 1 << 16);
+        if (tp_arg) opt.tensor_parallel = tpipe::flag_reader::parse<int>("--tensor-parallel", *tp_arg, 1, 1 << 16);
         if (form_arg) opt.form = tpipe::analytic_form_of(*form_arg);
         analytic = tpipe::presets::analytic(shape, problem.stages, dev, lnk, opt);
         model_text = std::string(shape.name) + " (built-in ";

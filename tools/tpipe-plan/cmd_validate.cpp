@@ -13,7 +13,7 @@
 namespace tpipe::cli {
 namespace {
 
-int validate_command(args& a)
+int validate_command(flag_reader& a)
 {
     if (a.flag("--help")) {
         std::cout << "usage: tpipe-plan validate FILE.csv [--pytorch] [--json]\n\n"

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "args.hpp"
+#include "tpipe/core/flag_reader.hpp"
 
 namespace tpipe::cli {
 
 struct command {
     std::string summary;                               //!< one line for `tpipe-plan --help`
-    std::function<int(args&)> run;                     //!< returns the exit code
+    std::function<int(flag_reader&)> run;                     //!< returns the exit code
 };
 
 inline std::map<std::string, command>& commands()
@@ -21,7 +21,7 @@ inline std::map<std::string, command>& commands()
 }
 
 struct registrar {
-    registrar(std::string name, std::string summary, std::function<int(args&)> run)
+    registrar(std::string name, std::string summary, std::function<int(flag_reader&)> run)
     {
         commands().emplace(std::move(name), command{std::move(summary), std::move(run)});
     }

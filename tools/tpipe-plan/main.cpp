@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "command.hpp"
-#include "tpipe/core/command_line.hpp"
+#include "tpipe/core/flag_reader.hpp"
 #include "tpipe/core/file.hpp"
 #include "tpipe/core/quote.hpp"
 
@@ -27,8 +27,7 @@ int main(int argc, char** argv)
         return 2;
     }
     try {
-        const tpipe::command_line words(argc, argv);  // --flag=value is --flag value
-        args a(std::vector<std::string>(words.words().begin() + 1, words.words().end()));
+        tpipe::flag_reader a(argc, argv, 2);  // the command's flags, after its name
         const int status = it->second.run(a);
         tpipe::close_standard_output();  // what was printed must have arrived (a full disk, /dev/full)
         return status;

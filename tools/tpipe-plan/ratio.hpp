@@ -2,7 +2,7 @@
 // A non-negative factor given as a decimal or as p/q (--lambda 1/6).
 #include <string>
 
-#include "args.hpp"
+#include "tpipe/core/flag_reader.hpp"
 
 namespace tpipe::cli {
 
@@ -10,12 +10,12 @@ inline double parse_ratio(const std::string& flag, const std::string& text)
 {
     double v = 0;
     if (auto slash = text.find('/'); slash != std::string::npos) {
-        const double p = args::parse<double>(flag, text.substr(0, slash));
-        const double q = args::parse<double>(flag, text.substr(slash + 1));
+        const double p = flag_reader::parse<double>(flag, text.substr(0, slash));
+        const double q = flag_reader::parse<double>(flag, text.substr(slash + 1));
         if (!(q > 0)) throw invalid_argument(flag + " p/q needs q > 0, got '" + text + "'");
         v = p / q;
     } else {
-        v = args::parse<double>(flag, text);
+        v = flag_reader::parse<double>(flag, text);
     }
     if (!(v >= 0)) throw invalid_argument(flag + " must be >= 0, got '" + text + "'");
     return v;

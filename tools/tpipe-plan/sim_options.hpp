@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "args.hpp"
+#include "tpipe/core/flag_reader.hpp"
 #include "tpipe/core/file.hpp"
 #include "tpipe/core/quote.hpp"
 #include "tpipe/schedule/by_name.hpp"
@@ -62,7 +62,7 @@ inline void check_size(const pipeline_options& o, int per_rank, int slices)
 }
 
 //! Reads --schedule --stages --microbatches --virtual --slices, refusing values a schedule cannot use.
-inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
+inline pipeline_options read_pipeline(flag_reader& a, bool need_schedule = true)
 {
     pipeline_options o;
     if (need_schedule) {
@@ -79,10 +79,10 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
             throw invalid_argument("--virtual applies to the schedules that take V (" + virtual_schedule_list() +
                                    "); " + o.schedule + " places " + std::to_string(stages_per_rank(o.schedule)) +
                                    " stage(s) per rank");
-        o.virtual_stages = args::parse<int>("--virtual", *virt, 1, max_ranks);
+        o.virtual_stages = flag_reader::parse<int>("--virtual", *virt, 1, max_ranks);
     }
     if (slices) {
-        o.slices = args::parse<int>("--slices", *slices, 1, max_microbatches);
+        o.slices = flag_reader::parse<int>("--slices", *slices, 1, max_microbatches);
     } else if (need_schedule && o.schedule.rfind("terapipe-", 0) == 0) {
         throw invalid_argument(o.schedule + " pipelines token slices: give --slices S (slices per microbatch)");
     }
@@ -91,7 +91,7 @@ inline pipeline_options read_pipeline(args& a, bool need_schedule = true)
 }
 
 //! Reads --f --b --w --comm: per stage, per whole microbatch; a token slice costs its share.
-inline uniform_costs read_costs(args& a, const pipeline_options& o)
+inline uniform_costs read_costs(flag_reader& a, const pipeline_options& o)
 {
     uniform_costs c;
     c.f = a.number<double>("--f", 1.0, 0, max_cost);
