@@ -69,6 +69,15 @@ if(TPIPE_BUILD_EXAMPLES)
                                                ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
     set_tests_properties(gpt_elastic_stop_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2)
   endif()
+  # Elastic checkpoints: resumed mid-interval, at an interval's end and after SIGKILLs, the weights
+  # of the run that saved them, bitwise (under MPI: resumed from the threads' checkpoints).
+  add_test(NAME gpt_elastic_resume_threads COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/elastic_resume.sh $<TARGET_FILE:train_gpt> threads)
+  set_tests_properties(gpt_elastic_resume_threads PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  if(TPIPE_ENABLE_MPI)
+    add_test(NAME gpt_elastic_resume_mpi COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/elastic_resume.sh $<TARGET_FILE:train_gpt> mpi
+                                                 ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+    set_tests_properties(gpt_elastic_resume_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  endif()
 endif()
 
 # The reference GPT over MPI processes equals the same training on threads, bitwise.

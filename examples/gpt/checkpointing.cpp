@@ -36,6 +36,9 @@ void require_same(const value& saved, const value& mine, const std::vector<std::
         throw incompatible_checkpoint("checkpoint \"" + path + "\" was saved with another " + what + ": " + diff);
 }
 
+const std::vector<std::string> model_keys = {"model", "vocab",   "d_model",   "heads", "layers",
+                                             "seq_len", "mlp_ratio", "tied", "ln_eps", "dtype"};
+
 } // namespace
 
 value model_json(const config& c)
@@ -122,9 +125,10 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
     const tpipe::state::checkpoint_reader in(path);
     const auto& m = in.contents();
     const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
-    require_same(m.model, model_json(cfg),
-                 {"model", "vocab", "d_model", "heads", "layers", "seq_len", "mlp_ratio", "tied", "ln_eps", "dtype"},
-                 "model config", mpath);
+    require_same(m.model, model_json(cfg), model_keys, "model config", mpath);
+    if (!m.elastic.is_null())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by an elastic run (train_gpt --elastic, " +
+                                      "its samples drawn by the elastic sampler); resume it with --elastic");
     require_same(m.optimizer, optimizer_json(o, s.opt(first_held(s))),
                  {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "frozen"}, "optimizer", mpath);
     const auto step_count = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
@@ -148,6 +152,136 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
     for (const auto& st : m.rng.at("data_streams").as_array("data_streams"))
         pos.data_streams.push_back(tpipe::state::checksum::from_hex(st.as_string("data stream"), "data stream"));
     return pos;
+}
+
+elastic_checkpointer::elastic_checkpointer(const checkpoint_flags& f, const config& cfg, const adamw_options& opt,
+                                           std::uint64_t seed, tpipe::elastic::unit_seconds measured, bool writes)
+    : f_(f), cfg_(cfg), opt_(opt), seed_(seed), measured_(std::move(measured))
+{
+    if (writes && !f.save.empty()) out_.emplace(tpipe::state::writer_options{.root = f.save, .keep = f.keep, .shards = 1});
+}
+
+void elastic_checkpointer::after_step(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+                                      adamw<float>& opt)
+{
+    last_done_ = done;
+    last_plan_ = plan;
+    if (!out_ || f_.every <= 0) return;
+    out_->finish();  // the previous save has overlapped one step of training; commit it
+    if (done % f_.every == 0) save(done, plan, p, opt);
+}
+
+bool elastic_checkpointer::save_stopped(std::int64_t done, const parameters<float>& p, adamw<float>& opt)
+{
+    if (out_ && done == last_done_ && done != last_saved_) save(done, last_plan_, p, opt);
+    finish();
+    return out_ && done == last_saved_;
+}
+
+void elastic_checkpointer::save(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+                                adamw<float>& opt)
+{
+    tpipe::state::manifest m;
+    m.step = done;
+    m.model = model_json(cfg_);
+    m.optimizer = optimizer_json(opt_, opt);
+    m.rng = object{{"seed", tpipe::state::checksum::to_hex(seed_)},
+                   {"sampler", "epoch_sampler"},
+                   {"steps_drawn", done}};
+    tpipe::json::array forward(measured_.forward.begin(), measured_.forward.end());
+    tpipe::json::array backward(measured_.backward.begin(), measured_.backward.end());
+    m.elastic = object{{"frozen_layers", plan.frozen},
+                       {"plan", plan.to_json()},
+                       {"unit_seconds", object{{"forward", std::move(forward)}, {"backward", std::move(backward)}}},
+                       {"cache", "not saved: a resumed run computes the frozen prefix's outputs again"}};
+    m.shape = object{{"elastic", true}, {"stages", plan.stages}, {"replicas", plan.replicas}};
+    tpipe::state::shard_snapshot shard("rank-0.bin");
+    shard.reserve(static_cast<std::size_t>(p.size() + 2 * (p.size() - opt.frozen())) * sizeof(float));
+    const auto m_all = opt.first_moments(), v_all = opt.second_moments();
+    for (const auto& t : p.lay.tensors) {
+        if (t.tied_copy) continue;  // saved once, as the embedding
+        const auto n = static_cast<std::size_t>(t.size());
+        shard.add<float>("param/" + t.name, t.shape, 0,
+                         std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset), n));
+        if (t.offset + t.size() <= opt.frozen()) continue;  // frozen: no optimizer state
+        if (t.offset < opt.frozen()) throw std::logic_error("elastic checkpoint: tensor " + t.name + " is partly frozen");
+        const auto at = static_cast<std::size_t>(t.offset - opt.frozen());
+        shard.add<float>("adamw.m/" + t.name, t.shape, 0, std::span<const float>(m_all.subspan(at, n)));
+        shard.add<float>("adamw.v/" + t.name, t.shape, 0, std::span<const float>(v_all.subspan(at, n)));
+    }
+    std::vector<tpipe::state::shard_snapshot> mine;
+    mine.push_back(std::move(shard));
+    out_->begin(std::move(m), std::move(mine));
+    last_saved_ = done;
+}
+
+saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
+{
+    const tpipe::state::checkpoint_reader in(path);
+    const auto& m = in.contents();
+    const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
+    if (m.elastic.is_null())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by a non-elastic run (its samples were " +
+                                      "drawn per replica, not by the elastic sampler); resume it without --elastic");
+    tpipe::elastic::unit_seconds u;
+    try {
+        const auto& t = m.elastic.at("unit_seconds");
+        for (const auto& x : t.at("forward").as_array("forward")) u.forward.push_back(x.as_number("forward seconds"));
+        for (const auto& x : t.at("backward").as_array("backward")) u.backward.push_back(x.as_number("backward seconds"));
+    } catch (const tpipe::error& e) {
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
+    }
+    const auto n = static_cast<std::size_t>(units);
+    if (u.forward.size() != n || u.backward.size() != n)
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
+                                      " units, this model has " + std::to_string(units));
+    return {m.step, std::move(u)};
+}
+
+tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, const config& cfg, const adamw_options& o,
+                                                     parameters<float>& p, adamw<float>& opt)
+{
+    const tpipe::state::checkpoint_reader in(path);
+    const auto& m = in.contents();
+    const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
+    require_same(m.model, model_json(cfg), model_keys, "model config", mpath);
+    if (m.elastic.is_null())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by a non-elastic run (its samples were " +
+                                      "drawn per replica, not by the elastic sampler); resume it without --elastic");
+    if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_elastic_checkpoint: the optimizer must be fresh");
+    require_same(m.optimizer, optimizer_json(o, opt),
+                 {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm"}, "optimizer", mpath);
+    tpipe::elastic::resume_point at;
+    at.steps_done = m.step;
+    try {
+        at.plan = tpipe::replan_record::from_json(m.elastic.at("plan"));
+    } catch (const tpipe::error& e) {
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic plan cannot be read: " + e.what());
+    }
+    const int frozen = at.plan.frozen;
+    if (frozen < 0 || frozen > cfg.layers || at.plan.stages < 1 || at.plan.replicas < 1)
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic plan (" + std::to_string(frozen) +
+                                      " frozen layers, " + std::to_string(at.plan.stages) + " stages x " +
+                                      std::to_string(at.plan.replicas) + " replicas) does not fit a model of " +
+                                      std::to_string(cfg.layers) + " layers");
+    opt.freeze(p.lay.frozen_end(frozen));
+    const auto saved_frozen = static_cast<std::int64_t>(m.optimizer.at("frozen").as_number("frozen"));
+    if (saved_frozen != opt.frozen())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its optimizer's frozen range ends at " +
+                                      std::to_string(saved_frozen) + " parameters, but " + std::to_string(frozen) +
+                                      " frozen layers end at " + std::to_string(opt.frozen()));
+    const auto m_all = opt.first_moments(), v_all = opt.second_moments();
+    for (const auto& t : p.lay.tensors) {  // a tied copy reads the embedding's ranges ("wte")
+        const auto n = static_cast<std::size_t>(t.size());
+        in.read_tensor<float>("param/" + t.name, t.shape,
+                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset), n));
+        if (t.offset < opt.frozen()) continue;
+        const auto from = static_cast<std::size_t>(t.offset - opt.frozen());
+        in.read_tensor<float>("adamw.m/" + t.name, t.shape, m_all.subspan(from, n));
+        in.read_tensor<float>("adamw.v/" + t.name, t.shape, v_all.subspan(from, n));
+    }
+    opt.step_count() = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
+    return at;
 }
 
 } // namespace gpt

@@ -6,13 +6,22 @@
 // the manifest. A resume reads every tensor a stage holds by name, whatever stages, cuts,
 // replicas or transport saved it. A tied LM head is saved once, as the embedding "wte"; the last
 // stage's copy of it is read from there (the copies are equal: they take the same steps).
+//
+// An elastic run (--elastic) saves the same names in one shard: every process of an elastic run
+// holds the whole model, so replica 0's first process writes it. Frozen layers have parameters
+// and no AdamW moments (their optimizer state is dropped when they freeze); the manifest's
+// elastic section holds the frozen layer count and the saved step's plan, which a resume
+// continues from (tpipe::elastic::resume_point).
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <tpipe/core/json.hpp>
+#include <tpipe/elastic/driver_options.hpp>
+#include <tpipe/elastic/replan.hpp>
 #include <tpipe/state/checkpoint_writer.hpp>
 
 #include "gpt/model.hpp"
@@ -73,5 +82,54 @@ private:
 //! half-written checkpoint, or one of another model config or optimizer.
 training_position load_checkpoint(const std::string& path, const config& cfg, const adamw_options& o,
                                   stage_states<float>& s);
+
+//! An elastic run's checkpoints, written by the process that holds replica 0 (`writes`).
+class elastic_checkpointer {
+public:
+    //! `measured`: the unit times the run plans with (saved, so that a resume plans alike).
+    elastic_checkpointer(const checkpoint_flags& f, const config& cfg, const adamw_options& opt, std::uint64_t seed,
+                         tpipe::elastic::unit_seconds measured, bool writes);
+    //! After the optimizer step that made `done` steps, under `plan`: a save every --save-every
+    //! steps (committing the previous one first, so a save overlaps the next step's training).
+    void after_step(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+                    adamw<float>& opt);
+    //! A run stopped after `done` steps (a signal): saves that step unless it was saved (`p` and
+    //! `opt` still hold it), then commits. True if a checkpoint of that step is on disk.
+    bool save_stopped(std::int64_t done, const parameters<float>& p, adamw<float>& opt);
+    //! Commits the save in progress; call at the end of the run.
+    void finish()
+    {
+        if (out_) out_->finish();
+    }
+
+private:
+    void save(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p, adamw<float>& opt);
+
+    checkpoint_flags f_;
+    config cfg_;
+    adamw_options opt_;
+    std::uint64_t seed_;
+    tpipe::elastic::unit_seconds measured_;
+    std::optional<tpipe::state::checkpoint_writer> out_;  // where this process saves
+    std::int64_t last_done_ = -1, last_saved_ = -1;
+    tpipe::replan_record last_plan_;
+};
+
+//! What a resume needs before it builds anything: the steps the elastic run that saved `path`
+//! trained, and the unit times it planned with. A resumed run plans with them, so that its
+//! re-plans choose what the uninterrupted run chose (measured again, they differ, and so may the
+//! microbatches and replicas, and with them the trained bits).
+struct saved_elastic_run {
+    std::int64_t steps_done = 0;
+    tpipe::elastic::unit_seconds measured;
+};
+saved_elastic_run read_saved_elastic_run(const std::string& path, int units);
+
+//! Loads an elastic run's checkpoint at `path` into the whole model `p` and its optimizer `opt`
+//! (fresh): freezes the saved layers and reads every parameter and the active layers' moments.
+//! Returns where the run continues. Refuses a non-elastic checkpoint (its data order is not the
+//! elastic sampler's) and everything load_checkpoint refuses.
+tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, const config& cfg, const adamw_options& o,
+                                                     parameters<float>& p, adamw<float>& opt);
 
 } // namespace gpt

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -259,6 +260,9 @@ public:
     tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
     std::vector<float> weights() const { return params_.value; }
     int process() const { return me_; }
+    //! The whole model's state: every process holds it (the optimizer step is replicated).
+    gpt::parameters<float>& params() { return params_; }
+    gpt::adamw<float>& optimizer() { return opt_; }
 
 private:
     using runner_t = tpipe::runner<tpipe::uniform_pipeline<gpt::stage<float>>, tpipe::cpu_engine, tpipe::mpi::transport>;
@@ -334,6 +338,19 @@ gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads)
 }
 #endif
 
+//! Whether this process prints: process 0 of an MPI job, or the only one.
+bool first_process([[maybe_unused]] const std::string& transport)
+{
+#ifdef TPIPE_GPT_MPI
+    if (transport == "mpi") {
+        int me = 0;
+        tpipe::mpi::check(MPI_Comm_rank(MPI_COMM_WORLD, &me), "MPI_Comm_rank");
+        return me == 0;
+    }
+#endif
+    return true;
+}
+
 } // namespace
 
 namespace gpt {
@@ -364,6 +381,29 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     auto print = [&](const interval_report& r) {
         if (speaks) print_interval(r, c);
     };
+    // Checkpoints: the process of replica 0 holds the whole model and saves it; every process
+    // loads it (each holds the whole model).
+    std::optional<elastic_checkpointer> saver;
+    auto resume = [&](parameters<float>& p, adamw<float>& opt) -> std::optional<tpipe::elastic::resume_point> {
+        if (c.ckpt.resume.empty()) return std::nullopt;
+        const auto at = load_elastic_checkpoint(c.ckpt.resume, c.cfg, o.opt, p, opt);
+        if (at.steps_done >= o.steps)
+            throw std::invalid_argument("--resume " + c.ckpt.resume + ": the checkpoint has trained " +
+                                        std::to_string(at.steps_done) + " steps of this run's " + std::to_string(o.steps) +
+                                        ": nothing is left to train (raise --steps or --epochs)");
+        if (speaks && !c.json)
+            std::cout << "resumed from step " << at.steps_done << " (" << c.ckpt.resume << "): " << at.plan.frozen
+                      << " layer(s) frozen, " << at.plan.stages << " stage(s) x " << at.plan.replicas << " replica(s)\n";
+        return at;
+    };
+    auto after_step = [&](std::int64_t done, const tpipe::replan_record& plan, parameters<float>& p, adamw<float>& opt) {
+        saver->after_step(done, plan, p, opt);
+    };
+    bool stop_saved = false;
+    auto after_run = [&](const tpipe::elastic::run_report& r, parameters<float>& p, adamw<float>& opt) {
+        if (r.stopped_after >= 0) stop_saved = saver->save_stopped(r.stopped_after, p, opt);
+        saver->finish();
+    };
     auto header = [&] {
         if (speaks && !c.json)
             std::cout << "elastic: " << c.cfg.layers << " layers, d_model " << c.cfg.d_model << ", " << data.samples()
@@ -373,14 +413,28 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
                       << (o.autopipe ? "" : ", no AutoPipe") << (o.autodp ? "" : ", no AutoDP")
                       << (o.autocache ? "" : ", no AutoCache") << "\n";
     };
-    if (c.transport == "mpi") {
+    std::optional<saved_elastic_run> saved;
+    if (!c.ckpt.resume.empty()) saved = read_saved_elastic_run(c.ckpt.resume, c.cfg.layers + 1);
+    if (saved && saved->steps_done == o.steps) {
+        // Finished already (a restart loop restarts a job whose last process was killed after its
+        // last save): the checkpoint is the result.
+        parameters<float> p(c.cfg);
+        adamw<float> opt(p, o.opt);
+        load_elastic_checkpoint(c.ckpt.resume, c.cfg, o.opt, p, opt);
+        res.weights = p.value;
+        speaks = first_process(c.transport);
+        if (speaks)
+            std::cerr << "train_gpt: " << c.ckpt.resume << " has trained all " << o.steps
+                      << " steps; nothing is left to train\n";
+    } else if (c.transport == "mpi") {
 #ifdef TPIPE_GPT_MPI
         int size = 0;
         tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
         if (o.devices != size)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
-        o.measured = shared_unit_times(c.cfg, per_process);
+        // A resumed run plans with the saved run's unit times (every process reads the same file).
+        o.measured = saved ? saved->measured : shared_unit_times(c.cfg, per_process);
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
         const tpipe::elastic::shape_planner planner(unit_costs(c.cfg), c.cfg.layers, d);
@@ -388,31 +442,40 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         speaks = be.process() == 0;
         header();
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
-        static_cast<tpipe::elastic::run_report&>(res) = tpipe::elastic::run_intervals(data.samples(), d, planner, be, print);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, be.process() == 0);
+        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+            after_step(done, plan, be.params(), be.optimizer());
+        };
+        const auto from = resume(be.params(), be.optimizer());
+        static_cast<tpipe::elastic::run_report&>(res) = tpipe::elastic::run_intervals(data.samples(), d, planner, be, print, from);
+        after_run(res, be.params(), be.optimizer());
         res.weights = be.weights();
 #else
         throw std::invalid_argument("--transport mpi: this train_gpt was built without MPI");
 #endif
     } else {
         header();
-        o.measured = measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
+        o.measured = saved ? saved->measured : measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
         if (c.json) print_planner_model(c.cfg, data, o);
-        res = train_elastic(c.cfg, data, o, print);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true);
+        res = train_elastic(c.cfg, data, o, print, {.resume = resume, .after_step = after_step, .after_run = after_run});
     }
     if (res.stopped_after >= 0) {
         if (speaks || stop.requested())
             std::cerr << "train_gpt: " << stop.stopped_at(stop_signal, res.stopped_after, o.steps)
-                      << " (elastic training saves no checkpoint yet)\n";
+                      << (stop_saved ? ", saved in " + c.ckpt.save : std::string()) << "\n";
         return 128 + stop_signal;
     }
     if (!speaks) return 0;
     double samples = 0;
     for (const auto& r : res.intervals) samples += static_cast<double>(r.steps * o.batch);
+    const double per_s = res.seconds > 0 ? samples / res.seconds : 0;
     tpipe::json::object summary{{"summary", true},
                                 {"steps", o.steps},
                                 {"seconds", res.seconds},
-                                {"samples_per_s", samples / res.seconds},
-                                {"last_loss", res.intervals.back().mean_loss},
+                                {"samples_per_s", per_s},
+                                {"last_loss", res.intervals.empty() ? tpipe::json::value(nullptr)
+                                                                    : tpipe::json::value(res.intervals.back().mean_loss)},
                                 {"transport", c.transport},
                                 {"devices", o.devices},
                                 {"replicas_identical", res.replicas_identical},
@@ -428,7 +491,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     }
     if (c.json) std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
     else
-        std::cout << "elastic run: " << samples / res.seconds << " samples/s over " << res.seconds << " s; weights "
+        std::cout << "elastic run: " << per_s << " samples/s over " << res.seconds << " s; weights "
                   << fnv_hex(res.weights) << (res.replicas_identical ? ", replicas identical" : ", replicas DIFFER")
                   << (res.replans_kept_weights ? ", re-plans kept the weights" : ", a re-plan CHANGED the weights") << "\n";
     return status;

@@ -2,6 +2,7 @@
 // train_gpt --elastic (see elastic_command.cpp).
 #include <string>
 
+#include "checkpointing.hpp"
 #include "gpt/elastic.hpp"
 
 namespace gpt {
@@ -13,6 +14,7 @@ struct elastic_command {
     bool json = false;
     bool check = false;         //!< also train the non-elastic reference and require the same bits
     std::string transport = "threads";
+    checkpoint_flags ckpt;      //!< --save, --save-every, --keep, --resume
 };
 
 //! Trains on `text`; prints each interval and a summary. Exit status: 0, or 3 when a check failed.

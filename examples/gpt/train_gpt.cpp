@@ -151,7 +151,8 @@ const char* usage_text =
     "  --save-every N    --save: a checkpoint every N steps (written in the background during the next step)\n"
     "  --keep K          --save: keep the newest K checkpoints (default 0: all)\n"
     "  --resume DIR      continue from a checkpoint (DIR: one, or a --save directory: its newest) up to --steps;\n"
-    "                    --stages, --dp, --schedule, --slicer and --transport may differ from the saving run\n"
+    "                    --stages, --dp, --schedule, --slicer and --transport may differ from the saving run;\n"
+    "                    with --elastic: its frozen layers, plan and unit times continue (--transport may differ)\n"
     "  --help            this text\n";
 
 //! Refuses a model whose weights, gradients and AdamW moments (16 bytes a parameter, per
@@ -268,8 +269,8 @@ options parse(int argc, char** argv)
         throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
     if (r.given("--save") != r.given("--save-every")) throw usage_error("--save DIR and --save-every N go together");
     r.applies_only({"--keep"}, r.given("--save"), "applies with --save");
-    r.applies_only({"--save", "--resume"}, !o.elastic && o.device == "cpu" && !o.check,
-                   "is not supported with --elastic, --device cuda or --check yet");
+    r.applies_only({"--save", "--resume"}, o.device == "cpu" && !o.check,
+                   "is not supported with --device cuda or --check yet");
     if (r.given("--trace") && o.trace.empty()) throw usage_error("--trace needs a file name, got an empty one");
     if (r.given("--threads")) tpipe_examples::check_threads(o.threads, 1);
     // The elastic driver plans its own pipelines: nothing given may be ignored silently.
@@ -653,6 +654,7 @@ int train(const options& o)
         c.json = o.json;
         c.check = o.check;
         c.transport = o.transport;
+        c.ckpt = o.ckpt;
         c.opts.batch = o.batch;
         c.opts.steps = o.steps_given ? o.steps : 0;
         c.opts.threads = o.threads;

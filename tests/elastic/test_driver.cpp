@@ -236,3 +236,106 @@ TEST_CASE("elastic driver: a stop asked for mid-interval ends the run there, wit
     REQUIRE(empty.stopped_after == 0);
     REQUIRE(empty.intervals.empty());
 }
+
+TEST_CASE("elastic driver: a run resumed mid-interval from a step's state and plan trains to the uninterrupted run's bits",
+          "[elastic][driver]")
+{
+    std::vector<double> data(32);
+    for (std::size_t k = 0; k < data.size(); ++k) data[k] = 0.5 + 0.03 * static_cast<double>(k % 11);
+    const int units = 5;
+    tpipe::elastic::driver_options o;
+    o.devices = 2;
+    o.batch = 8;
+    o.steps = 16;
+    o.freeze_every = 4;
+    o.threads = 2;
+    o.measured = {std::vector<double>(units, 1.0), std::vector<double>(units, 2.0)};
+    o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval < 3 ? 2 : 3; };
+    // What a checkpoint after every step would hold: replica 0's weights and the step's plan.
+    struct saved {
+        std::vector<double> w;
+        tpipe::replan_record plan;
+    };
+    std::map<std::int64_t, saved> after;
+    tpipe::elastic::thread_driver<chain>* running = nullptr;
+    o.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+        after[done] = {running->replica(0).w, plan};
+    };
+    tpipe::elastic::thread_driver<chain> whole([&] { return std::make_unique<chain>(units, data); },
+                                               static_cast<std::int64_t>(data.size()), o);
+    running = &whole;
+    whole.run();
+    REQUIRE(after.size() == 16);
+    REQUIRE(after.begin()->first == 1);
+    REQUIRE(after.at(4).plan.frozen == 0);
+    REQUIRE(after.at(5).plan.frozen == 2);
+    REQUIRE(after.at(16).plan.frozen == 3);
+    REQUIRE(after.at(16).w == whole.replica(0).w);
+
+    o.after_step = {};
+    // Mid-interval (2 with nothing frozen; 6: the second interval's third step), at an interval's end (8, before a
+    // re-plan that keeps the frozen count) and before one that freezes more (12).
+    for (std::int64_t at : {2, 6, 8, 12}) {
+        CAPTURE(at);
+        const auto& s = after.at(at);
+        tpipe::elastic::thread_driver<chain> resumed([&] { return std::make_unique<chain>(units, data); },
+                                                     static_cast<std::int64_t>(data.size()), o);
+        resumed.replica(0).w = s.w;
+        resumed.replica(0).freeze(s.plan.frozen);
+        const auto report = resumed.run({}, tpipe::elastic::resume_point{at, s.plan});
+        REQUIRE(report.intervals.front().first_step == at);
+        // The plan of the whole run's next step: the saved one kept, or the same re-plan.
+        const auto& want = after.at(at + 1).plan;
+        const auto& got = report.intervals.front().plan;
+        REQUIRE(got.frozen == want.frozen);
+        REQUIRE(got.stages == want.stages);
+        REQUIRE(got.replicas == want.replicas);
+        REQUIRE(got.cuts == want.cuts);
+        REQUIRE(got.microbatches == want.microbatches);
+        REQUIRE(report.intervals.front().steps == 4 - at % 4);
+        REQUIRE(report.replans_kept_weights);
+        REQUIRE(resumed.replica(0).w == whole.replica(0).w);
+        REQUIRE(resumed.replica(1).w == whole.replica(1).w);
+    }
+
+    // Nothing left to train is refused, not reported as an empty run.
+    tpipe::elastic::thread_driver<chain> done([&] { return std::make_unique<chain>(units, data); },
+                                              static_cast<std::int64_t>(data.size()), o);
+    REQUIRE_THROWS_WITH(done.run({}, tpipe::elastic::resume_point{16, after.at(16).plan}),
+                        Catch::Contains("resumed after step 16 of 16: nothing is left to train"));
+}
+
+TEST_CASE("elastic driver: a saved plan is restored exactly where this run can hold it, re-planned where not",
+          "[elastic][driver]")
+{
+    const int units = 5;
+    tpipe::elastic::driver_options o;
+    o.devices = 4;
+    o.batch = 8;
+    o.seq_len = 16;
+    o.measured = {std::vector<double>(units, 1.0), std::vector<double>(units, 2.0)};
+    const tpipe::elastic::shape_planner four(std::vector<double>(units, 1.0), units - 1, o);
+    const auto later = four.replan(3, 4);
+    const auto saved = later.record(2, true);
+    const auto back = four.restore(saved);
+    REQUIRE(back.has_value());
+    REQUIRE(back->record(2, true) == saved);
+    REQUIRE(back->stage_cuts == later.stage_cuts);
+    REQUIRE(back->units.microbatches() == later.units.microbatches());
+    REQUIRE(four.resume(saved, 3).record(2, true) == saved);  // freezing no more: the saved plan
+
+    // On 1 device the plan's replicas do not fit: resume re-plans from its frozen count.
+    o.devices = 1;
+    const tpipe::elastic::shape_planner one(std::vector<double>(units, 1.0), units - 1, o);
+    if (saved.stages * saved.replicas > 1) REQUIRE_FALSE(one.restore(saved).has_value());
+    const auto again = one.resume(saved, 3);
+    REQUIRE(again.frozen == 3);
+    REQUIRE(again.stages * again.replicas == 1);
+
+    // A damaged plan is not restored: cuts that leave the first stage no active unit.
+    auto bad = saved;
+    bad.cuts = {0, 3, units};
+    bad.stages = 2;
+    bad.replicas = 1;
+    REQUIRE_FALSE(four.restore(bad).has_value());
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SIGTERM to an elastic train_gpt run (PipeTransformer, --elastic) after its first interval: it
-# stops at a step boundary, says after which step, and exits 128 + 15. Under mpirun the signal
-# reaches one rank process only; both stop at the same step.
+# stops at a step boundary, saves that step's checkpoint (its --save-every is far away), says
+# after which step, and exits 128 + 15. Under mpirun the signal reaches one rank process only;
+# both stop at the same step.
 #   elastic_stop.sh TRAIN_GPT threads
 #   elastic_stop.sh TRAIN_GPT mpi MPIEXEC "MPIEXEC_FLAGS"
 set -u
@@ -19,7 +20,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; for f in "$work"/*; do echo "--- $f"; cat "$f"; done; exit 1; }
 
-"${launch[@]}" "$train" "${args[@]}" > "$work/run.log" 2> "$work/run.err" &
+"${launch[@]}" "$train" "${args[@]}" --save "$work/ck" --save-every 50000 > "$work/run.log" 2> "$work/run.err" &
 pid=$!
 for _ in $(seq 1 1200); do grep -q '"epoch":0,' "$work/run.log" && break; sleep 0.05; done
 grep -q '"epoch":0,' "$work/run.log" || { kill -9 $pid; fail "the run never finished its first interval"; }
@@ -34,8 +35,9 @@ for _ in $(seq 1 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
 kill -0 $pid 2>/dev/null && { kill -9 $pid; fail "still running 60 s after SIGTERM"; }
 wait $pid
 rc=$?
-at=$(sed -n "s/.*SIGTERM received.*: stopped at the step boundary after step \([0-9]*\) of $steps (elastic.*/\1/p" "$work/run.err" | head -1)
-[ -n "$at" ] || fail "no 'stopped at the step boundary ... of $steps' line (exit $rc)"
+at=$(sed -n "s/.*SIGTERM received.*: stopped at the step boundary after step \([0-9]*\) of $steps, saved in .*/\1/p" "$work/run.err" | head -1)
+[ -n "$at" ] || fail "no 'stopped at the step boundary ... of $steps, saved in' line (exit $rc)"
+[ -f "$(printf '%s/ck/step-%08d/manifest.json' "$work" "$at")" ] || fail "no checkpoint of step $at: $(ls "$work/ck")"
 [ "$at" -ge 40 ] && [ "$at" -lt $steps ] || fail "stopped after step $at, want 40..$((steps - 1))"
 if [ "$mode" = threads ]; then
   [ $rc -eq 143 ] || fail "exit status $rc, want 143 (128 + SIGTERM)"

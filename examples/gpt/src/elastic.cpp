@@ -108,15 +108,24 @@ stage_order order_of(const tpipe::program& prog)
 } // namespace
 
 elastic_result train_elastic(const config& cfg, const window_dataset& data, const elastic_options& o,
-                             const std::function<void(const interval_report&)>& on_interval)
+                             const std::function<void(const interval_report&)>& on_interval, const elastic_hooks& hooks)
 {
     if (o.devices < 1) throw std::invalid_argument("elastic training needs at least 1 device, got " + std::to_string(o.devices));
+    elastic_gpt* first = nullptr;  // replica 0, once the driver has made it
+    tpipe::elastic::driver_options d = driver_options_of(cfg, data, o);
+    if (hooks.after_step)
+        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+            hooks.after_step(done, plan, first->params(), first->optimizer());
+        };
     tpipe::elastic::thread_driver<elastic_gpt> driver(
-        [&] { return std::make_unique<elastic_gpt>(cfg, data, o.opt, o.seed); }, data.samples(),
-        driver_options_of(cfg, data, o));
+        [&] { return std::make_unique<elastic_gpt>(cfg, data, o.opt, o.seed); }, data.samples(), std::move(d));
+    first = &driver.replica(0);
+    std::optional<tpipe::elastic::resume_point> from;
+    if (hooks.resume) from = hooks.resume(first->params(), first->optimizer());
     elastic_result res;
-    static_cast<tpipe::elastic::run_report&>(res) = driver.run(on_interval);
-    res.weights = driver.replica(0).params().value;
+    static_cast<tpipe::elastic::run_report&>(res) = driver.run(on_interval, from);
+    if (hooks.after_run) hooks.after_run(res, first->params(), first->optimizer());
+    res.weights = first->params().value;
     return res;
 }
 

@@ -14,6 +14,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -33,11 +34,12 @@ concept elastic_backend = requires(B& b, const interval_shape& s, std::int64_t s
     { b.cache_stats() } -> std::convertible_to<cache_stats>;
 };
 
-//! Trains o.steps steps of o.batch samples over `samples` samples per epoch on `be`.
-//! `on_interval` (optional) sees each interval when it ends.
+//! Trains o.steps steps of o.batch samples over `samples` samples per epoch on `be`, from the
+//! start or from `from` (a resumed run). `on_interval` (optional) sees each interval when it ends.
 template <elastic_backend Backend>
 run_report run_intervals(std::int64_t samples, const driver_options& o, const shape_planner& planner, Backend& be,
-                         const std::function<void(const interval_report&)>& on_interval = {})
+                         const std::function<void(const interval_report&)>& on_interval = {},
+                         const std::optional<resume_point>& from = {})
 {
     using clock = std::chrono::steady_clock;
     auto since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
@@ -45,15 +47,31 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
     const std::int64_t every = o.freeze_every > 0 ? o.freeze_every : samples / o.batch;
     detail::require(every >= 1, "elastic training: " + std::to_string(samples) + " samples make no step of " +
                                     std::to_string(o.batch));
+    const std::int64_t start = from ? from->steps_done : 0;
+    detail::require(start >= 0 && start < o.steps, "elastic training resumed after step " + std::to_string(start) +
+                                                       " of " + std::to_string(o.steps) + ": nothing is left to train");
     run_report res;
     interval_shape shape;
     const auto t_run = clock::now();
-    for (int interval = 0; static_cast<std::int64_t>(interval) * every < o.steps; ++interval) {
+    const int first_interval = static_cast<int>(start / every);
+    for (int interval = first_interval; static_cast<std::int64_t>(interval) * every < o.steps; ++interval) {
+        const std::int64_t first_step = std::max(start, interval * every);
+        // Asked before the interval's re-plan: a run stopped here keeps the frozen state its
+        // last step ran with (what a checkpoint saved at the stop records).
+        if (o.stop && o.stop(first_step)) {
+            res.stopped_after = first_step;
+            break;
+        }
         const auto t_plan = clock::now();
-        const int frozen = planner.next_frozen(interval, shape.frozen);
-        const bool replan = interval == 0 || frozen != shape.frozen;
+        // Resumed: the first interval continues the saved one, or (resumed at its boundary) is
+        // the next interval after it, which keeps the saved plan unless it freezes more.
+        const bool resuming = from && interval == first_interval;
+        const int before = resuming ? from->plan.frozen : shape.frozen;
+        const int frozen = resuming && first_step > interval * every ? before : planner.next_frozen(interval, before);
+        const bool replan = interval == first_interval || frozen != shape.frozen;
         if (replan) {
-            shape = interval == 0 ? planner.initial() : planner.replan(frozen, shape.stages);
+            if (resuming) shape = planner.resume(from->plan, frozen);
+            else shape = interval == 0 ? planner.initial() : planner.replan(frozen, shape.stages);
             res.replans_kept_weights = be.reshape(shape) && res.replans_kept_weights;
         }
         interval_report rep;
@@ -61,22 +79,22 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         rep.stage_cuts = shape.stage_cuts;
         rep.units = shape.units;
         rep.replan_seconds = replan ? since(t_plan) : 0;
-        rep.first_step = interval * every;
-        rep.steps = std::min(every, o.steps - rep.first_step);
+        rep.first_step = first_step;
+        rep.steps = std::min((interval + 1) * every, o.steps) - first_step;
         const frozen_counters rows_before = be.frozen_rows();
         const auto t0 = clock::now();
         double loss_sum = 0;
         std::int64_t done = 0;
         for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step, ++done) {
-            if (o.stop && o.stop(step)) {
+            if (step > rep.first_step && o.stop && o.stop(step)) {  // the first step's was asked above
                 res.stopped_after = step;
                 break;
             }
             loss_sum += be.step(step);
+            if (o.after_step) o.after_step(step + 1, rep.plan);
         }
         rep.steps = done;
         rep.seconds = since(t0);
-        if (done == 0) break;  // stopped before the interval's first step: nothing to report
         rep.mean_loss = loss_sum / static_cast<double>(rep.steps);
         rep.plan.measured_throughput = static_cast<double>(rep.steps * o.batch) / rep.seconds;
         res.replicas_identical = be.replicas_identical() && res.replicas_identical;

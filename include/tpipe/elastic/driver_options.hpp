@@ -56,6 +56,21 @@ struct driver_options {
     //! boundary (run_report::stopped_after), e.g. on SIGTERM. Processes of one run must answer
     //! alike: agree first (an all-reduce of their answers).
     std::function<bool(std::int64_t steps_done)> stop{};
+    //! Called after every step (its optimizer step done) with the steps done and the plan the
+    //! step ran under: where a trainer saves a checkpoint (the plan is the checkpoint's elastic
+    //! state, resume_point below).
+    std::function<void(std::int64_t steps_done, const replan_record& plan)> after_step{};
+};
+
+//! Where a resumed run continues: `steps_done` steps trained, the last of them under `plan` (a
+//! checkpoint's elastic state). The model must hold that step's state, with plan.frozen units
+//! frozen, before the run starts. The run continues under the saved plan (shape_planner::restore)
+//! as long as the uninterrupted run would have kept it, so that it trains the same bits; a plan
+//! this run cannot hold (fewer devices) is re-planned from its frozen count. The frozen prefix's
+//! outputs are computed again (AutoCache starts empty): the same bits, more work.
+struct resume_point {
+    std::int64_t steps_done = 0;
+    replan_record plan;
 };
 
 //! One interval: its plan and what it measured.

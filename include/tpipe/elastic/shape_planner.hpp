@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -121,6 +122,58 @@ public:
     //! The shape once `frozen` units are frozen, shrinking from `stages`.
     interval_shape replan(int frozen, int stages) const { return complete(autopipe_.replan(frozen, stages)); }
     const unit_seconds& measured() const { return latency_.units; }
+
+    //! The shape a resumed run continues with, `frozen` units frozen after the saved `plan`: the
+    //! saved plan itself when it freezes no more and fits this run (devices, batch, units), as the
+    //! uninterrupted run kept it; otherwise a re-plan from the saved pipeline depth.
+    interval_shape resume(const replan_record& plan, int frozen) const
+    {
+        if (frozen == plan.frozen)
+            if (auto kept = restore(plan)) return *std::move(kept);
+        if (frozen == 0) return initial();
+        return replan(frozen, std::clamp(plan.stages, 1, o_.devices));
+    }
+
+    //! The shape `plan` recorded, if this run can hold it (none: it cannot).
+    std::optional<interval_shape> restore(const replan_record& plan) const
+    {
+        const int K = plan.stages, D = plan.replicas;
+        const auto& c = plan.cuts;
+        if (K < 1 || D < 1 || K * D > o_.devices || o_.batch % D != 0 || plan.frozen < 0 || plan.frozen > freezable_ ||
+            c.size() != static_cast<std::size_t>(K) + 1 || c.front() != 0 || c.back() != units_ ||
+            (!o_.autopipe && K != o_.devices) || (!o_.autodp && D != 1) || (o_.slicing.has_value() != !plan.slices.empty()))
+            return std::nullopt;
+        for (std::size_t i = 1; i < c.size(); ++i)
+            if (c[i] <= c[i - 1] || (i == 1 && c[i] <= plan.frozen)) return std::nullopt;
+        interval_shape e;
+        e.frozen = plan.frozen;
+        e.stages = K;
+        e.replicas = D;
+        e.unit_cuts = c;
+        e.stage_cuts = c;
+        e.stage_cuts.front() = plan.frozen;
+        e.predicted_throughput = plan.predicted_throughput;
+        const std::int64_t share = o_.batch / D;
+        if (plan.slices.empty()) {
+            if (plan.microbatches < 1 || plan.microbatches > share) return std::nullopt;
+            e.units = microbatch_slicer{plan.microbatches}.scheme(batch_shape{share, o_.seq_len});
+            return e;
+        }
+        std::vector<scheme::microbatch> parts;
+        std::int64_t row = 0;
+        for (const auto& m : plan.slices) {
+            scheme::microbatch mb{row, row + m.rows, {0}};
+            for (auto t : m.tokens) mb.cuts.push_back(mb.cuts.back() + t);
+            if (m.rows < 1 || mb.cuts.back() != o_.seq_len || mb.cuts.size() < 2) return std::nullopt;
+            for (std::size_t i = 1; i < mb.cuts.size(); ++i)
+                if (mb.cuts[i] <= mb.cuts[i - 1]) return std::nullopt;
+            row += m.rows;
+            parts.push_back(std::move(mb));
+        }
+        if (row != share) return std::nullopt;
+        e.units = scheme(std::move(parts));
+        return e;
+    }
 
 private:
     struct function_policy {

@@ -11,6 +11,9 @@
 //   auto report = d.run([](const tpipe::elastic::interval_report& r) { print(r.plan); });
 //   d.replica(0);   // the trained model
 //
+// Checkpoints: driver_options::after_step names each step's plan (save replica(0)'s state with
+// it); a resumed run loads replica(0) and passes the saved plan's resume_point to run().
+//
 // A new replica is made by the factory (the weights a process that has not trained holds) and
 // then receives replica 0's trainable state by a broadcast over a communicator of all replicas.
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -75,11 +79,14 @@ public:
         for (auto& r : reps_) r->tear_down();
     }
 
-    //! Trains o.steps steps; `on_interval` (optional) sees each interval when it ends.
-    run_report run(const std::function<void(const interval_report&)>& on_interval = {})
+    //! Trains o.steps steps, from the start or, resumed, from `from` (replica(0) must then hold
+    //! that step's state: a checkpoint loaded into it); `on_interval` (optional) sees each
+    //! interval when it ends.
+    run_report run(const std::function<void(const interval_report&)>& on_interval = {},
+                   const std::optional<resume_point>& from = {})
     {
         const shape_planner planner(reps_.front()->model->unit_costs(), reps_.front()->model->freezable_units(), o_);
-        return run_intervals(samples_, o_, planner, *this, on_interval);
+        return run_intervals(samples_, o_, planner, *this, on_interval, from);
     }
 
     //! Replica d's model (0 always exists; after run, every replica holds its trainable state).

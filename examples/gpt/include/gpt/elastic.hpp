@@ -9,6 +9,7 @@
 // Freezing requires an untied LM head (the embedding freezes with layer 0; the head trains).
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -55,9 +56,20 @@ struct elastic_result : tpipe::elastic::run_report {
     std::vector<float> weights;  //!< final weights (every replica holds them)
 };
 
+//! A trainer's hands on replica 0's state (its weights and optimizer), for checkpoints.
+struct elastic_hooks {
+    //! Before the run: load a checkpoint into it and say where the run continues (none: the start).
+    std::function<std::optional<tpipe::elastic::resume_point>(parameters<float>&, adamw<float>&)> resume{};
+    //! After every step: the steps done, the step's plan and the state (driver_options::after_step).
+    std::function<void(std::int64_t, const tpipe::replan_record&, parameters<float>&, adamw<float>&)> after_step{};
+    //! After the run, stopped or not, with the state it ended with.
+    std::function<void(const tpipe::elastic::run_report&, parameters<float>&, adamw<float>&)> after_run{};
+};
+
 //! Elastic training on threads. `on_interval` (optional) sees each interval when it ends.
 elastic_result train_elastic(const config& cfg, const window_dataset& data, const elastic_options& o,
-                             const std::function<void(const interval_report&)>& on_interval = {});
+                             const std::function<void(const interval_report&)>& on_interval = {},
+                             const elastic_hooks& hooks = {});
 
 //! The same training, non-elastic: one model, no pipeline, no cache, no re-plans; at each step
 //! the frozen prefix, the split of the batch into replicas and each replica's units (microbatches
