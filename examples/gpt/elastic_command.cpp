@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <tpipe/core/flag_reader.hpp>  // usage_error: exit status 2
 #include <tpipe/core/json.hpp>
 
 #include <tpipe/elastic/driver_loop.hpp>
@@ -387,10 +388,6 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     auto resume = [&](parameters<float>& p, adamw<float>& opt) -> std::optional<tpipe::elastic::resume_point> {
         if (c.ckpt.resume.empty()) return std::nullopt;
         const auto at = load_elastic_checkpoint(c.ckpt.resume, c.cfg, o.opt, p, opt);
-        if (at.steps_done >= o.steps)
-            throw std::invalid_argument("--resume " + c.ckpt.resume + ": the checkpoint has trained " +
-                                        std::to_string(at.steps_done) + " steps of this run's " + std::to_string(o.steps) +
-                                        ": nothing is left to train (raise --steps or --epochs)");
         if (speaks && !c.json)
             std::cout << "resumed from step " << at.steps_done << " (" << c.ckpt.resume << "): " << at.plan.frozen
                       << " layer(s) frozen, " << at.plan.stages << " stage(s) x " << at.plan.replicas << " replica(s)\n";
@@ -415,6 +412,10 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     };
     std::optional<saved_elastic_run> saved;
     if (!c.ckpt.resume.empty()) saved = read_saved_elastic_run(c.ckpt.resume, c.cfg.layers + 1);
+    if (saved && saved->steps_done > o.steps)
+        throw tpipe::usage_error("--resume " + c.ckpt.resume + ": the checkpoint has trained " +
+                                 std::to_string(saved->steps_done) + " steps, more than this run's " +
+                                 std::to_string(o.steps) + " (raise --steps or --epochs)");
     if (saved && saved->steps_done == o.steps) {
         // Finished already (a restart loop restarts a job whose last process was killed after its
         // last save): the checkpoint is the result.

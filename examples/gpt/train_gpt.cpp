@@ -834,6 +834,9 @@ int train(const options& o)
     if (!o.ckpt.resume.empty()) {  // every replica here from the checkpoint; its data streams
         gpt::training_position at;
         for (auto& r : reps) at = gpt::load_checkpoint(o.ckpt.resume, o.cfg, {.lr = o.lr}, *r->state);
+        if (at.step > o.steps)  // equal: a finished run restarted (a restart loop), its checkpoint the result
+            throw usage_error("--resume " + o.ckpt.resume + ": the checkpoint has trained " + std::to_string(at.step) +
+                              " steps, more than --steps " + std::to_string(o.steps) + " (raise --steps)");
         first_step = static_cast<int>(at.step) + 1;
         for (int d = 0; d < D; ++d)
             if (d < static_cast<int>(at.data_streams.size())) streams[d] = at.data_streams[d];

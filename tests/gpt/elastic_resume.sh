@@ -39,6 +39,15 @@ for at in 12 20 36; do
   echo "resumed from step $at ($mode): weights $got, bitwise the saving run's"
 done
 
+# The last checkpoint resumed: the run is done (exit 0, the saved weights); a shorter run refuses it.
+last=$(printf '%s/ref/step-%08d' "$work" $steps)
+"$train" "${args[@]}" --resume "$last" > "$work/done.log" 2> "$work/done.err" || { cat "$work/done.err"; fail "resuming the finished run failed"; }
+[ "$(weights "$work/done.log")" = "$want" ] || fail "the finished run's checkpoint gives other weights"
+"$train" "${args[@]/#$steps/99}" --resume "$last" > /dev/null 2> "$work/short.err"  # --steps 99
+rc=$?
+[ $rc -eq 2 ] && grep -q "has trained $steps steps, more than this run's 99" "$work/short.err" ||
+  fail "a checkpoint past --steps: exit $rc, $(head -1 "$work/short.err")"
+
 # Crash test: from the reference's first checkpoint, SIGKILL each run at a random moment and
 # restart it from its newest checkpoint until it finishes.
 mkdir "$work/ck" && cp -r "$work/ref/step-00000004" "$work/ck/"
