@@ -39,6 +39,31 @@ void require_same(const value& saved, const value& mine, const std::vector<std::
 const std::vector<std::string> model_keys = {"model", "vocab",   "d_model",   "heads", "layers",
                                              "seq_len", "mlp_ratio", "tied", "ln_eps", "dtype"};
 
+//! A tensor's AdamW moments (`m`, `v`: its elements of the optimizer's state) under their names.
+void add_moments(tpipe::state::shard_snapshot& shard, const tensor_info& t, std::span<const float> m,
+                 std::span<const float> v)
+{
+    shard.add<float>("adamw.m/" + t.name, t.shape, 0, m);
+    shard.add<float>("adamw.v/" + t.name, t.shape, 0, v);
+}
+
+void read_moments(const tpipe::state::checkpoint_reader& in, const tensor_info& t, std::span<float> m, std::span<float> v)
+{
+    in.read_tensor<float>("adamw.m/" + t.name, t.shape, m);
+    in.read_tensor<float>("adamw.v/" + t.name, t.shape, v);
+}
+
+//! Elastic and non-elastic runs draw their samples differently: neither resumes the other.
+void require_elastic(const tpipe::state::manifest& m, bool elastic, const std::string& mpath)
+{
+    if (elastic && m.elastic.is_null())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by a non-elastic run (its samples were " +
+                                      "drawn per replica, not by the elastic sampler); resume it without --elastic");
+    if (!elastic && !m.elastic.is_null())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by an elastic run (train_gpt --elastic, " +
+                                      "its samples drawn by the elastic sampler); resume it with --elastic");
+}
+
 } // namespace
 
 value model_json(const config& c)
@@ -110,8 +135,7 @@ void checkpointer::save(std::int64_t step, stage_states<float>& s, const std::ve
                     const auto n = static_cast<std::size_t>(t.size());
                     const auto at = static_cast<std::size_t>(t.offset);
                     shard.add<float>("param/" + t.name, t.shape, 0, std::span<const float>(p.value).subspan(at, n));
-                    shard.add<float>("adamw.m/" + t.name, t.shape, 0, std::span<const float>(m_all.subspan(at, n)));
-                    shard.add<float>("adamw.v/" + t.name, t.shape, 0, std::span<const float>(v_all.subspan(at, n)));
+                    add_moments(shard, t, m_all.subspan(at, n), v_all.subspan(at, n));
                 }
             }
             mine.push_back(std::move(shard));
@@ -126,9 +150,7 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
     const auto& m = in.contents();
     const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
     require_same(m.model, model_json(cfg), model_keys, "model config", mpath);
-    if (!m.elastic.is_null())
-        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by an elastic run (train_gpt --elastic, " +
-                                      "its samples drawn by the elastic sampler); resume it with --elastic");
+    require_elastic(m, false, mpath);
     require_same(m.optimizer, optimizer_json(o, s.opt(first_held(s))),
                  {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "frozen"}, "optimizer", mpath);
     const auto step_count = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
@@ -142,8 +164,7 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
             const auto n = static_cast<std::size_t>(t.size());
             const auto at = static_cast<std::size_t>(t.offset);
             in.read_tensor<float>("param/" + t.name, t.shape, std::span<float>(p.value).subspan(at, n));
-            in.read_tensor<float>("adamw.m/" + t.name, t.shape, m_all.subspan(at, n));
-            in.read_tensor<float>("adamw.v/" + t.name, t.shape, v_all.subspan(at, n));
+            read_moments(in, t, m_all.subspan(at, n), v_all.subspan(at, n));
         }
         opt.step_count() = step_count;
     }
@@ -206,8 +227,7 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::replan_record& p
         if (t.offset + t.size() <= opt.frozen()) continue;  // frozen: no optimizer state
         if (t.offset < opt.frozen()) throw std::logic_error("elastic checkpoint: tensor " + t.name + " is partly frozen");
         const auto at = static_cast<std::size_t>(t.offset - opt.frozen());
-        shard.add<float>("adamw.m/" + t.name, t.shape, 0, std::span<const float>(m_all.subspan(at, n)));
-        shard.add<float>("adamw.v/" + t.name, t.shape, 0, std::span<const float>(v_all.subspan(at, n)));
+        add_moments(shard, t, m_all.subspan(at, n), v_all.subspan(at, n));
     }
     std::vector<tpipe::state::shard_snapshot> mine;
     mine.push_back(std::move(shard));
@@ -220,9 +240,7 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
     const tpipe::state::checkpoint_reader in(path);
     const auto& m = in.contents();
     const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
-    if (m.elastic.is_null())
-        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by a non-elastic run (its samples were " +
-                                      "drawn per replica, not by the elastic sampler); resume it without --elastic");
+    require_elastic(m, true, mpath);
     tpipe::elastic::unit_seconds u;
     try {
         const auto& t = m.elastic.at("unit_seconds");
@@ -245,9 +263,7 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
     const auto& m = in.contents();
     const std::string mpath = in.path() + "/" + tpipe::state::manifest_file;
     require_same(m.model, model_json(cfg), model_keys, "model config", mpath);
-    if (m.elastic.is_null())
-        throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by a non-elastic run (its samples were " +
-                                      "drawn per replica, not by the elastic sampler); resume it without --elastic");
+    require_elastic(m, true, mpath);
     if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_elastic_checkpoint: the optimizer must be fresh");
     require_same(m.optimizer, optimizer_json(o, opt),
                  {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm"}, "optimizer", mpath);
@@ -277,8 +293,7 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
                               std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset), n));
         if (t.offset < opt.frozen()) continue;
         const auto from = static_cast<std::size_t>(t.offset - opt.frozen());
-        in.read_tensor<float>("adamw.m/" + t.name, t.shape, m_all.subspan(from, n));
-        in.read_tensor<float>("adamw.v/" + t.name, t.shape, v_all.subspan(from, n));
+        read_moments(in, t, m_all.subspan(from, n), v_all.subspan(from, n));
     }
     opt.step_count() = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
     return at;

@@ -189,19 +189,38 @@ TEST_CASE("elastic driver: refuses to plan without unit times or with a batch th
     REQUIRE_THROWS_WITH(e.run(), Catch::Contains("must be a multiple of the 2 devices"));
 }
 
-TEST_CASE("elastic driver: a stop asked for mid-interval ends the run there, with the weights of a run of that length",
-          "[elastic][driver]")
+namespace {
+
+//! The data of the stop and resume cases: 32 samples.
+std::vector<double> four_interval_data()
 {
     std::vector<double> data(32);
     for (std::size_t k = 0; k < data.size(); ++k) data[k] = 0.5 + 0.03 * static_cast<double>(k % 11);
-    const int units = 5;
+    return data;
+}
+
+//! 16 steps of 8 samples on 2 devices in intervals of 4 steps; the caller sets the freezing.
+tpipe::elastic::driver_options four_intervals(int units)
+{
     tpipe::elastic::driver_options o;
     o.devices = 2;
     o.batch = 8;
     o.steps = 16;
     o.freeze_every = 4;
     o.threads = 2;
-    o.measured = {std::vector<double>(units, 1.0), std::vector<double>(units, 2.0)};
+    o.measured = {std::vector<double>(static_cast<std::size_t>(units), 1.0),
+                  std::vector<double>(static_cast<std::size_t>(units), 2.0)};
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("elastic driver: a stop asked for mid-interval ends the run there, with the weights of a run of that length",
+          "[elastic][driver]")
+{
+    const std::vector<double> data = four_interval_data();
+    const int units = 5;
+    tpipe::elastic::driver_options o = four_intervals(units);
     o.freeze = [](int interval, int) { return interval == 0 ? 0 : 2; };
     std::vector<std::int64_t> asked;
     o.stop = [&](std::int64_t done) {
@@ -240,16 +259,9 @@ TEST_CASE("elastic driver: a stop asked for mid-interval ends the run there, wit
 TEST_CASE("elastic driver: a run resumed mid-interval from a step's state and plan trains to the uninterrupted run's bits",
           "[elastic][driver]")
 {
-    std::vector<double> data(32);
-    for (std::size_t k = 0; k < data.size(); ++k) data[k] = 0.5 + 0.03 * static_cast<double>(k % 11);
+    const std::vector<double> data = four_interval_data();
     const int units = 5;
-    tpipe::elastic::driver_options o;
-    o.devices = 2;
-    o.batch = 8;
-    o.steps = 16;
-    o.freeze_every = 4;
-    o.threads = 2;
-    o.measured = {std::vector<double>(units, 1.0), std::vector<double>(units, 2.0)};
+    tpipe::elastic::driver_options o = four_intervals(units);
     o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval < 3 ? 2 : 3; };
     // What a checkpoint after every step would hold: replica 0's weights and the step's plan.
     struct saved {
