@@ -410,9 +410,9 @@ struct replica {
 //!
 //! Stage-local state: each process holds and steps its stages only. After the run, the
 //! replica's pipeline ranks sum (tpipe::mpi::communicator, rank-order fold) the tied gradient's
-//! shares (embedding + head) and the per-slot squares of the norm clip (each slot has one
-//! holder: the sum is exact), so every process clips with the same global norm, bitwise that
-//! of the same run on threads.
+//! shares (embedding + head) and the exact sums of squares of the norm clip (integers: the sum
+//! is exact), so every process clips with the same global norm, bitwise that of the same run
+//! on threads.
 class mpi_job {
 public:
     job where;
@@ -496,12 +496,10 @@ public:
         stats = runner_->run(r.model->io());
         const double mine = r.model->finish_step();
         std::vector<float> tied = r.state->tied_share();
-        std::vector<double> squares;
-        tpipe::sync_wait(over_pipeline(tied, squares));
-        r.state->set_tied(tied);  // before the squares: the embedding's slot counts e + h
-        squares = r.state->squares();
-        std::vector<float> none;
-        tpipe::sync_wait(over_pipeline(none, squares));
+        tpipe::sync_wait(over_pipeline(std::span<float>(tied)));
+        r.state->set_tied(tied);  // before the squares: the embedding's count e + h
+        auto squares = r.state->squares();
+        tpipe::sync_wait(over_pipeline(squares.digits()));
         r.state->step(squares);
         double sum = 0;
         tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
@@ -524,8 +522,7 @@ public:
     std::vector<float> whole(const replica& r, bool gradients)
     {
         std::vector<float> w = r.state->whole(gradients);  // zeros where other ranks hold the stages
-        std::vector<double> none;
-        tpipe::sync_wait(over_pipeline(w, none));
+        tpipe::sync_wait(over_pipeline(std::span<float>(w)));
         return w;
     }
 
@@ -541,10 +538,11 @@ public:
     }
 
 private:
-    tpipe::task<void> over_pipeline(std::vector<float>& tied, std::vector<double>& squares)
+    //! Sums `values` over the replica's pipeline ranks (rank-order fold; exact for integers).
+    template <class V>
+    tpipe::task<void> over_pipeline(std::span<V> values)
     {
-        if (!tied.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<float>(tied));
-        if (!squares.empty()) co_await pipeline_comm_->all_reduce_sum(std::span<double>(squares));
+        if (!values.empty()) co_await pipeline_comm_->all_reduce_sum(values);
     }
     tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
     {

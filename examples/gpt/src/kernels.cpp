@@ -510,7 +510,7 @@ double sum_of_squares(std::int64_t count, const T* x)
 {
     // Eight partial sums by index mod 8, combined in a fixed tree: the bits depend on the values
     // and their order only, not on where the vector starts in memory (an `omp simd` reduction
-    // may peel for alignment), so a stage's slice sums as the whole model's vector does.
+    // may peel for alignment).
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::int64_t i = 0;
     for (; i + 8 <= count; i += 8)

@@ -35,8 +35,8 @@ layout::layout(const config& c, const holding& h) : held(h)
     const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff();
     std::int64_t global = 0;
     // Every tensor in the whole model's order; the held ones get storage here.
-    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, int slot, bool keep) {
-        tensor_info t{std::move(name), keep ? total : -1, std::move(shape), decay, global, false, slot};
+    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, bool keep) {
+        tensor_info t{std::move(name), keep ? total : -1, std::move(shape), decay, global, false};
         global += t.size();
         if (!keep) return std::int64_t{-1};
         total += t.size();
@@ -44,33 +44,32 @@ layout::layout(const config& c, const holding& h) : held(h)
         return t.offset;
     };
     const bool copy = c.tied && held.last && !held.first;  // the tied head's copy of the embedding
-    wte = add("wte", {V, d}, true, 0, held.first || copy);
+    wte = add("wte", {V, d}, true, held.first || copy);
     if (copy) tensors.back().tied_copy = true;
-    wpe = add("wpe", {L, d}, true, 0, held.first);
+    wpe = add("wpe", {L, d}, true, held.first);
     for (int l = 0; l < c.layers; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
         const bool keep = l >= held.layer_begin && l < held.layer_end;
-        const int slot = 1 + l;
         block b{};
         b.begin = keep ? total : -1;
-        b.ln1_g = add(p + "ln1.g", {d}, false, slot, keep);
-        b.ln1_b = add(p + "ln1.b", {d}, false, slot, keep);
-        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true, slot, keep);
-        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false, slot, keep);
-        b.w_o = add(p + "attn.w_o", {d, d}, true, slot, keep);
-        b.b_o = add(p + "attn.b_o", {d}, false, slot, keep);
-        b.ln2_g = add(p + "ln2.g", {d}, false, slot, keep);
-        b.ln2_b = add(p + "ln2.b", {d}, false, slot, keep);
-        b.w_fc = add(p + "mlp.w_fc", {d, F}, true, slot, keep);
-        b.b_fc = add(p + "mlp.b_fc", {F}, false, slot, keep);
-        b.w_proj = add(p + "mlp.w_proj", {F, d}, true, slot, keep);
-        b.b_proj = add(p + "mlp.b_proj", {d}, false, slot, keep);
+        b.ln1_g = add(p + "ln1.g", {d}, false, keep);
+        b.ln1_b = add(p + "ln1.b", {d}, false, keep);
+        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true, keep);
+        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false, keep);
+        b.w_o = add(p + "attn.w_o", {d, d}, true, keep);
+        b.b_o = add(p + "attn.b_o", {d}, false, keep);
+        b.ln2_g = add(p + "ln2.g", {d}, false, keep);
+        b.ln2_b = add(p + "ln2.b", {d}, false, keep);
+        b.w_fc = add(p + "mlp.w_fc", {d, F}, true, keep);
+        b.b_fc = add(p + "mlp.b_fc", {F}, false, keep);
+        b.w_proj = add(p + "mlp.w_proj", {F, d}, true, keep);
+        b.b_proj = add(p + "mlp.b_proj", {d}, false, keep);
         b.end = keep ? total : -1;
         blocks.push_back(b);
     }
-    lnf_g = add("lnf.g", {d}, false, c.layers + 1, held.last);
-    lnf_b = add("lnf.b", {d}, false, c.layers + 1, held.last);
-    head = c.tied ? wte : add("head", {V, d}, true, c.layers + 1, held.last);
+    lnf_g = add("lnf.g", {d}, false, held.last);
+    lnf_b = add("lnf.b", {d}, false, held.last);
+    head = c.tied ? wte : add("head", {V, d}, true, held.last);
     if (!held.last) head = -1;
     tied = c.tied;
 }
@@ -716,26 +715,23 @@ void adamw<T>::freeze(std::int64_t end)
 }
 
 template <class T>
-std::vector<double> adamw<T>::squares(const parameters<T>& p) const
+typename adamw<T>::square_sum adamw<T>::squares(const parameters<T>& p) const
 {
-    std::vector<double> out;
+    square_sum out;
     squares_into(p, out);
     return out;
 }
 
 template <class T>
-void adamw<T>::squares_into(const parameters<T>& p, std::vector<double>& out) const
+void adamw<T>::squares_into(const parameters<T>& p, square_sum& out) const
 {
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
-    // leaving them out changes no bit. A slot's tensors are contiguous in the flat vector.
-    out.assign(static_cast<std::size_t>(norm_slots(p.cfg)), 0.0);
-    const auto& ts = p.lay.tensors;
-    for (std::size_t i = 0; i < ts.size();) {
-        std::size_t j = i;
-        while (j < ts.size() && ts[j].slot == ts[i].slot && ts[j].tied_copy == ts[i].tied_copy) ++j;
-        const std::int64_t b = std::max(ts[i].offset, frozen_), e = ts[j - 1].offset + ts[j - 1].size();
-        if (!ts[i].tied_copy && e > b) out[static_cast<std::size_t>(ts[i].slot)] = sum_of_squares(e - b, p.grad.data() + b);
-        i = j;
+    // leaving them out changes nothing. A tied copy is counted once, by the embedding's holder.
+    out.clear();
+    for (const auto& t : p.lay.tensors) {
+        const std::int64_t b = std::max(t.offset, frozen_), e = t.offset + t.size();
+        if (!t.tied_copy && e > b)
+            out.add(std::span<const T>(p.grad.data() + b, static_cast<std::size_t>(e - b)));
     }
 }
 
@@ -747,14 +743,9 @@ void adamw<T>::step(parameters<T>& p)
 }
 
 template <class T>
-void adamw<T>::step(parameters<T>& p, const std::vector<double>& all_squares)
+void adamw<T>::step(parameters<T>& p, const square_sum& all_squares)
 {
-    if (static_cast<int>(all_squares.size()) != norm_slots(p.cfg))
-        throw std::invalid_argument("adamw::step: " + std::to_string(all_squares.size()) + " sums of squares, one per "
-                                    "norm slot needs " + std::to_string(norm_slots(p.cfg)));
-    double sum = 0;
-    for (double x : all_squares) sum += x;  // slot order: the same bits for every cut into stages
-    update(p, std::sqrt(sum));
+    update(p, std::sqrt(all_squares.value()));
 }
 
 template <class T>

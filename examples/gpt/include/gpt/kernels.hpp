@@ -153,7 +153,8 @@ struct adamw_coefficients {
 template <class T>
 void adamw_update(std::int64_t count, const adamw_coefficients& c, const T* grad, const unsigned char* decay,
                   T* value, T* m, T* v);
-//! Sum of squares of a flat vector, accumulated in double.
+//! Sum of squares of a flat vector, accumulated in double: the host reference of the CUDA GPT's
+//! norm kernel (the CPU optimizer's clip sums exactly, with tpipe::exact_square_sum).
 template <class T>
 double sum_of_squares(std::int64_t count, const T* x);
 

@@ -22,6 +22,7 @@
 
 #include <tpipe/core/unit.hpp>
 #include <tpipe/slice/scheme.hpp>
+#include <tpipe/state/exact_square_sum.hpp>
 
 #include "gpt/kernels.hpp"
 
@@ -51,7 +52,6 @@ struct tensor_info {
     bool decay = false;   //!< AdamW weight decay applies (matrices and embeddings)
     std::int64_t global_offset = 0;  //!< where it lies in the whole model's flat vector
     bool tied_copy = false;          //!< the last stage's copy of the embedding, its tied LM head
-    int slot = 0;                    //!< its norm-clip slot (see norm_slots)
     std::int64_t size() const
     {
         std::int64_t n = 1;
@@ -67,11 +67,6 @@ struct holding {
     int layer_begin = 0, layer_end = -1;
     bool first = true, last = true;
 };
-
-//! The norm-clip slots: 0 the embeddings, 1 + l block l, layers + 1 the final LayerNorm and
-//! an untied head. Sums of squares are kept per slot and folded in slot order, so the global
-//! norm has the same bits however the model is cut into stages.
-inline int norm_slots(const config& c) { return c.layers + 2; }
 
 //! Offsets of every parameter in the flat vector. Weight matrices are stored [in, out] (y = x W + b),
 //! except the embeddings/head, which are [vocab, d] and [seq_len, d].
@@ -246,19 +241,20 @@ public:
     //! Global gradient norm seen by the last step (before clipping).
     double last_grad_norm() const { return norm_; }
 
-    //! Stage-local state: the sums of squares of p's active gradients per norm slot
-    //! (norm_slots(cfg) of them; 0 for slots p does not hold, and for a tied copy of the
-    //! embedding). Each slot has one holder, so adding the stages' vectors is exact in any order.
-    std::vector<double> squares(const parameters<T>& p) const;
-    //! A step whose clip uses the global norm of `all_squares`, the squares of every stage
-    //! summed (folded in slot order: the same bits for every cut of the model).
-    void step(parameters<T>& p, const std::vector<double>& all_squares);
+    //! The clip's sum of squares, kept exactly (tpipe/state/exact_square_sum.hpp): the norm has
+    //! the same bits however the gradients are split over stages, processes or shards.
+    using square_sum = tpipe::exact_square_sum<T>;
+    //! Stage-local state: the squares of p's active gradients (a tied copy of the embedding is
+    //! left out: its holder counts it). Add the stages' sums, in any order.
+    square_sum squares(const parameters<T>& p) const;
+    //! A step whose clip uses the global norm of `all_squares`, the squares of every stage.
+    void step(parameters<T>& p, const square_sum& all_squares);
 
 private:
     void update(parameters<T>& p, double norm);
-    void squares_into(const parameters<T>& p, std::vector<double>& out) const;
+    void squares_into(const parameters<T>& p, square_sum& out) const;
     adamw_options o_;
-    std::vector<double> scratch_;
+    square_sum scratch_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
     std::int64_t t_ = 0;

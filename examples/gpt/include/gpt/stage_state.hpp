@@ -3,10 +3,9 @@
 // process runs, and nothing of the others (on threads, each stage its own).
 //
 // What stays global, and how it is made so without a whole-model vector:
-// - the gradient-norm clip: each stage sums the squares of its gradients per norm slot (one
-//   slot per layer, plus the embeddings and the head; see gpt::norm_slots); the stages' vectors
-//   are added (exact: every slot has one holder, the others add zeros), then folded in slot
-//   order, so the norm has the same bits on threads, over MPI and for every cut;
+// - the gradient-norm clip: each stage sums the squares of its gradients exactly
+//   (tpipe::exact_square_sum); the stages' sums are added as integers, so the norm has the same
+//   bits on threads, over MPI, for every cut and for every sharding of the optimizer;
 // - a tied LM head: the first stage holds the embedding, the last a copy of it as its head; after
 //   the backward the two gradients are summed (embedding + head, the whole model's order) into
 //   both copies, as Megatron does, so the copies take the same steps and stay equal.
@@ -64,18 +63,14 @@ public:
         return out;
     }
 
-    //! The squares of the local stages' gradients per norm slot, added over the stages.
-    std::vector<double> squares() const
+    using square_sum = typename adamw<T>::square_sum;
+    //! The squares of the local stages' gradients, added over the stages.
+    square_sum squares() const
     {
-        std::vector<double> out(static_cast<std::size_t>(norm_slots(cfg_)), 0.0);
+        square_sum out;
         for (const auto& s : states_)
-            if (s) add_squares(out, s->opt.squares(s->params));
+            if (s) out.add(s->opt.squares(s->params));
         return out;
-    }
-    //! Adds `more` into `sum` slot by slot (another process's or stage's squares).
-    static void add_squares(std::vector<double>& sum, const std::vector<double>& more)
-    {
-        for (std::size_t k = 0; k < sum.size(); ++k) sum[k] += more[k];
     }
 
     //! Whether the head is tied and held by two stages (more than one stage).
@@ -113,7 +108,7 @@ public:
         set_tied(tied_share());
         step(squares());
     }
-    void step(const std::vector<double>& all_squares)
+    void step(const square_sum& all_squares)
     {
         for (auto& s : states_)
             if (s) s->opt.step(s->params, all_squares);
