@@ -8,6 +8,7 @@
 #include "tpipe/comm/thread_communicator.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/run.hpp"
+#include "tpipe/exec/sync_wait.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 
@@ -138,4 +139,71 @@ TEST_CASE("a replica that fails cancels the others' all-reduce instead of leavin
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
     CHECK_THAT(errors[1], Catch::Contains("injected fault"));
     CHECK_THAT(errors[0], Catch::Contains("another replica's iteration failed"));  // told, not left waiting
+}
+
+TEST_CASE("data parallel, sharded: each member's bucket segments hold the all-reduce's bits; all_gather gives it whole",
+          "[exec][data_parallel][sharded]")
+{
+    const int P = 2, D = 3;
+    const std::size_t n = 11, bucket = 4;  // buckets of 4, 4 and 3 elements
+    // Replica d's gradients of stage s: values whose sums round differently in different orders.
+    auto grads = [](int d, int s) {
+        std::vector<double> g(n);
+        for (std::size_t i = 0; i < n; ++i) g[i] = 1.0 / (3.0 + double(d) * 7 + double(i) + double(s) * 0.1) * (d % 2 ? 1e8 : 1);
+        return g;
+    };
+    // Reduces every stage on D threads with `shard`; `after(d, dp, stages)` runs on replica d's thread.
+    auto reduce_all = [&](bool shard, auto after) {
+        std::vector<std::vector<affine>> replica(D, affine_stages(P));
+        std::vector<std::unique_ptr<tpipe::thread_group>> groups;
+        for (int s = 0; s < P; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+        std::vector<std::thread> threads;
+        for (int d = 0; d < D; ++d)
+            threads.emplace_back([&, d] {
+                for (int s = 0; s < P; ++s) replica[d][s].grad = grads(d, s);
+                tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+                    std::vector<std::reference_wrapper<affine>>(replica[d].begin(), replica[d].end()));
+                std::vector<tpipe::thread_communicator> members;
+                for (auto& g : groups) members.push_back(g->member(d));
+                std::vector<tpipe::thread_communicator*> comms;
+                for (auto& m : members) comms.push_back(&m);
+                tpipe::data_parallel dp(pipe, comms, {.bucket_bytes = bucket * sizeof(double), .shard = shard});
+                for (int s = 0; s < P; ++s) tpipe::sync_wait(dp.reduce(s));
+                after(d, dp, replica[d]);
+            });
+        for (auto& t : threads) t.join();
+        return replica;
+    };
+    const auto whole = reduce_all(false, [](int, auto&, auto&) {});
+    std::vector<std::vector<std::vector<tpipe::element_range>>> owned(D, std::vector<std::vector<tpipe::element_range>>(P));
+    const auto sharded = reduce_all(true, [&](int d, auto& dp, std::vector<affine>& stages) {
+        for (int s = 0; s < P; ++s) owned[d][s] = dp.template shard<double>(s, n);
+        (void)stages;
+    });
+    for (int s = 0; s < P; ++s) {
+        std::vector<int> holders(n, 0);
+        for (int d = 0; d < D; ++d) {
+            CHECK(owned[d][s] == tpipe::bucket_shard(n, bucket, D, d));
+            for (auto r : owned[d][s])
+                for (std::size_t i = r.begin; i < r.begin + r.size; ++i) {
+                    ++holders[i];
+                    CHECK(sharded[d][s].grad[i] == whole[0][s].grad[i]);  // bitwise: == on doubles
+                }
+        }
+        CHECK(holders == std::vector<int>(n, 1));  // every element has exactly one holder
+    }
+    // all_gather of the gradients themselves (as of parameters after a step): the whole all-reduce.
+    const auto gathered = reduce_all(true, [&](int, auto& dp, std::vector<affine>& stages) {
+        for (int s = 0; s < P; ++s) tpipe::sync_wait(dp.all_gather(s, std::span<double>(stages[s].grad)));
+    });
+    for (int d = 0; d < D; ++d)
+        for (int s = 0; s < P; ++s) CHECK(gathered[d][s].grad == whole[0][s].grad);
+    // Only the buckets that meet a range: [5, 6) lies in bucket 1 (elements 4..7).
+    const auto partly = reduce_all(true, [&](int, auto& dp, std::vector<affine>& stages) {
+        tpipe::sync_wait(dp.all_gather(0, std::span<double>(stages[0].grad), tpipe::element_range{5, 1}));
+    });
+    for (int d = 0; d < D; ++d)
+        for (std::size_t i = 4; i < 8; ++i) CHECK(partly[d][0].grad[i] == whole[0][0].grad[i]);
+    CHECK(tpipe::bucket_shard(11, 4, 3, 2) == std::vector<tpipe::element_range>{{3, 1}, {7, 1}, {10, 1}});
+    CHECK(tpipe::bucket_shard(11, 4, 3, 0) == std::vector<tpipe::element_range>{{0, 2}, {4, 2}, {8, 1}});
 }

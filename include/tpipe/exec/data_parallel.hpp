@@ -19,6 +19,18 @@
 // tpipe::averaging_communicator (NCCL: the gradients are device memory the host cannot touch),
 // by it (tpipe/comm/averaging_communicator.hpp).
 //
+// Sharded (options::shard, ZeRO-1 / Megatron's distributed optimizer; the communicator must be a
+// tpipe::reduce_scatter_communicator): each bucket is reduce-scattered instead of all-reduced.
+// Afterwards this member's segment of every bucket, shard<T>(stage, n) (tpipe/comm/bucket_shard.hpp),
+// holds the (averaged) sum, bitwise what the all-reduce leaves there; the other elements hold
+// partial sums. Step the owned elements only (the optimizer keeps state for them alone), then
+// all_gather(stage, parameters) copies every member's segments to every member, bucket by bucket.
+//
+//   tpipe::data_parallel dp(pipe, comm_of_stage, {.shard = true});
+//   tpipe::run(pipe, prog, engine, io, opts);              // opts.after_backward = dp.hook()
+//   for (auto r : dp.shard<float>(s, n)) step(params, grads, r);  // 1/D of the optimizer state
+//   co_await dp.all_gather(s, params);                     // every replica the same bits
+//
 // Failure: when the iteration fails on a replica, the hook cancels its communicators. Members
 // in other processes learn of it through the transport (the runner stops with tpipe::peer_error
 // and cancels theirs); members on threads of one process (thread_communicator, a
@@ -33,8 +45,10 @@
 #include <vector>
 
 #include "tpipe/comm/averaging_communicator.hpp"
+#include "tpipe/comm/bucket_shard.hpp"
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/comm/group_cancelling_communicator.hpp"
+#include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/pipeline.hpp"
@@ -46,6 +60,7 @@ namespace tpipe {
 struct data_parallel_options {
     std::size_t bucket_bytes = std::size_t{4} << 20;  //!< largest span one collective reduces
     bool average = true;                               //!< scale the sum by 1 / replicas
+    bool shard = false;  //!< reduce-scatter each bucket instead (see the file comment)
 };
 
 template <communicator C>
@@ -65,6 +80,10 @@ public:
         if (comm_.size() != pipe.size())
             throw invalid_argument("data_parallel: " + std::to_string(comm_.size()) + " communicators for " +
                                    std::to_string(pipe.size()) + " stages; give one per stage (nullptr: none)");
+        if (opts_.shard && !reduce_scatter_communicator<C>)
+            throw invalid_argument("data_parallel: shard = true needs a communicator that reduce-scatters and all-gathers "
+                                   "(tpipe::reduce_scatter_communicator: thread_communicator, mpi::communicator); "
+                                   "this one only all-reduces: use shard = false");
         if (opts_.bucket_bytes < sizeof(double))
             throw invalid_argument("data_parallel: bucket_bytes must hold at least one element, got " +
                                    std::to_string(opts_.bucket_bytes));
@@ -101,6 +120,32 @@ public:
         for (std::span<double> s : g.f64) co_await reduce_span(*c, s);
     }
 
+    //! The elements of stage `stage`'s gradient span of n elements of T whose reduced values
+    //! this member holds after the reduction: with shard, its segment of every bucket; else all.
+    template <class T>
+    std::vector<element_range> shard(int stage, std::size_t n) const
+    {
+        const C* c = comm_.at(static_cast<std::size_t>(stage));
+        if (!opts_.shard || !c || c->size() == 1) return {element_range{0, n}};
+        return bucket_shard(n, opts_.bucket_bytes / sizeof(T), c->size(), c->rank());
+    }
+
+    //! With shard: copies every member's segments of `values` (laid out like stage `stage`'s
+    //! gradients of T, e.g. its parameters) to every member, bucket by bucket; only the buckets
+    //! that meet `within` (default: all). A collective: every member of the stage calls it alike.
+    template <class T>
+        requires reduce_scatter_communicator<C>
+    task<void> all_gather(int stage, std::span<T> values, element_range within = {0, static_cast<std::size_t>(-1)})
+    {
+        C* c = comm_.at(static_cast<std::size_t>(stage));
+        if (!opts_.shard || !c || c->size() == 1) co_return;
+        const std::size_t bucket = opts_.bucket_bytes / sizeof(T);
+        const std::size_t first = std::min(within.begin, values.size());
+        const std::size_t last = within.size >= values.size() - first ? values.size() : first + within.size;
+        for (std::size_t at = first / bucket * bucket; at < last; at += bucket)
+            co_await c->all_gather(values.subspan(at, std::min(bucket, values.size() - at)));
+    }
+
 private:
     template <class T>
     task<void> reduce_span(C& c, std::span<T> s)
@@ -109,6 +154,15 @@ private:
         const T scale = T(1) / static_cast<T>(c.size());
         for (std::size_t at = 0; at < s.size(); at += bucket) {
             std::span<T> part = s.subspan(at, std::min(bucket, s.size() - at));
+            if constexpr (reduce_scatter_communicator<C>) {
+                if (opts_.shard) {
+                    co_await c.reduce_scatter_sum(part);
+                    const element_range mine = ring_segment(part.size(), c.size(), c.rank());
+                    if (opts_.average)
+                        for (T& x : part.subspan(mine.begin, mine.size)) x *= scale;
+                    continue;
+                }
+            }
             if constexpr (averaging_communicator<C>) {
                 if (opts_.average) {
                     co_await c.all_reduce_average(part);
