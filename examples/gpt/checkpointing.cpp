@@ -1,5 +1,6 @@
 #include "checkpointing.hpp"
 
+#include <algorithm>
 #include <span>
 #include <stdexcept>
 #include <utility>
@@ -39,18 +40,39 @@ void require_same(const value& saved, const value& mine, const std::vector<std::
 const std::vector<std::string> model_keys = {"model", "vocab",   "d_model",   "heads", "layers",
                                              "seq_len", "mlp_ratio", "tied", "ln_eps", "dtype"};
 
-//! A tensor's AdamW moments (`m`, `v`: its elements of the optimizer's state) under their names.
-void add_moments(tpipe::state::shard_snapshot& shard, const tensor_info& t, std::span<const float> m,
+//! A tensor's AdamW moments from its element `first` on (`m`, `v`: those elements of the
+//! optimizer's state) under their names: a sharded optimizer saves and reads pieces of tensors.
+void add_moments(tpipe::state::shard_snapshot& shard, const tensor_info& t, std::int64_t first, std::span<const float> m,
                  std::span<const float> v)
 {
-    shard.add<float>("adamw.m/" + t.name, t.shape, 0, m);
-    shard.add<float>("adamw.v/" + t.name, t.shape, 0, v);
+    shard.add<float>("adamw.m/" + t.name, t.shape, first, m);
+    shard.add<float>("adamw.v/" + t.name, t.shape, first, v);
 }
 
-void read_moments(const tpipe::state::checkpoint_reader& in, const tensor_info& t, std::span<float> m, std::span<float> v)
+void read_moments(const tpipe::state::checkpoint_reader& in, const tensor_info& t, std::int64_t first, std::span<float> m,
+                  std::span<float> v)
 {
-    in.read_tensor<float>("adamw.m/" + t.name, t.shape, m);
-    in.read_tensor<float>("adamw.v/" + t.name, t.shape, v);
+    in.read<float>("adamw.m/" + t.name, first, m);
+    in.read<float>("adamw.v/" + t.name, first, v);
+}
+
+//! Calls f(t, first, count, at) for every piece of a tensor `opt` steps: `count` elements of
+//! tensor t from its element `first`, whose moments start at element `at` of the optimizer's
+//! state. Unsharded, the pieces are whole tensors; sharded (ZeRO-1), the parts of tensors in
+//! this replica's shard.
+template <class F>
+void each_owned_piece(const parameters<float>& p, const adamw<float>& opt, F f)
+{
+    std::size_t at = 0;
+    for (const auto& r : opt.owned()) {
+        for (const auto& t : p.lay.tensors) {
+            const auto b = std::max<std::int64_t>(t.offset, static_cast<std::int64_t>(r.begin));
+            const auto e = std::min<std::int64_t>(t.offset + t.size(), static_cast<std::int64_t>(r.begin + r.size));
+            if (e > b)
+                f(t, b - t.offset, static_cast<std::size_t>(e - b), at + static_cast<std::size_t>(b) - r.begin);
+        }
+        at += r.size;
+    }
 }
 
 //! Elastic and non-elastic runs draw their samples differently: neither resumes the other.
@@ -76,15 +98,16 @@ value model_json(const config& c)
 checkpointer::checkpointer(const checkpoint_flags& f, checkpoint_place place, const config& cfg,
                            const adamw_options& opt, std::uint64_t seed)
     : f_(f), place_(std::move(place)), cfg_(cfg), opt_(opt), seed_(seed),
-      out_({.root = f.save, .keep = f.keep, .leader = place_.leader, .shards = place_.ranks, .barrier = place_.barrier})
+      out_({.root = f.save, .keep = f.keep, .leader = place_.leader, .shards = place_.ranks * (place_.sharded ? place_.replicas : 1), .barrier = place_.barrier})
 {
 }
 
-void checkpointer::after_step(std::int64_t step, stage_states<float>& s, const std::vector<std::uint64_t>& streams)
+void checkpointer::after_step(std::int64_t step, const std::vector<stage_states<float>*>& replicas,
+                              const std::vector<std::uint64_t>& streams)
 {
     if (f_.save.empty() || f_.every <= 0) return;
     out_.finish();  // the previous save has overlapped one step of training; commit it
-    if (step % f_.every == 0) save(step, s, streams);
+    if (step % f_.every == 0) save(step, replicas, streams);
 }
 
 namespace {
@@ -99,12 +122,15 @@ int first_held(const stage_states<float>& s)
 
 } // namespace
 
-void checkpointer::save(std::int64_t step, stage_states<float>& s, const std::vector<std::uint64_t>& streams)
+void checkpointer::save(std::int64_t step, const std::vector<stage_states<float>*>& replicas,
+                        const std::vector<std::uint64_t>& streams)
 {
+    const auto any = std::find_if(replicas.begin(), replicas.end(), [](auto* s) { return s != nullptr; });
+    if (any == replicas.end()) throw std::logic_error("checkpoint: this process holds no replica");
     tpipe::state::manifest m;
     m.step = step;
     m.model = model_json(cfg_);
-    m.optimizer = optimizer_json(opt_, s.opt(first_held(s)));
+    m.optimizer = optimizer_json(opt_, (*any)->opt(first_held(**any)));
     tpipe::json::array rng;
     for (auto st : streams) rng.push_back(tpipe::state::checksum::to_hex(st));
     m.rng = object{{"seed", tpipe::state::checksum::to_hex(seed_)},
@@ -113,33 +139,42 @@ void checkpointer::save(std::int64_t step, stage_states<float>& s, const std::ve
     m.elastic = nullptr;
     m.shape = place_.shape;
     std::vector<tpipe::state::shard_snapshot> mine;
-    if (place_.writes)
+    for (std::size_t d = 0; d < replicas.size(); ++d) {
+        stage_states<float>* s = replicas[d];
+        if (!s || (!place_.sharded && d != 0)) continue;  // unsharded, replica 0's state speaks for every replica
         for (int r = 0; r < place_.ranks; ++r) {
             if (place_.my_rank >= 0 && r != place_.my_rank) continue;
             std::vector<int> here;  // the stages of rank r held here
-            for (int i = 0; i < s.stages(); ++i)
-                if (s.holds(i) && place_.stage_rank[static_cast<std::size_t>(i)] == r) here.push_back(i);
-            tpipe::state::shard_snapshot shard("rank-" + std::to_string(r) + ".bin");
+            for (int i = 0; i < s->stages(); ++i)
+                if (s->holds(i) && place_.stage_rank[static_cast<std::size_t>(i)] == r) here.push_back(i);
+            tpipe::state::shard_snapshot shard("rank-" + std::to_string(r) +
+                                               (place_.sharded ? "-dp-" + std::to_string(d) : std::string()) + ".bin");
             std::size_t bytes = 0;
-            for (int i : here)
-                for (const auto& t : s.params(i).lay.tensors)
-                    if (!t.tied_copy) bytes += static_cast<std::size_t>(t.size()) * sizeof(float) * 3;
+            for (int i : here) {
+                if (d == 0)
+                    for (const auto& t : s->params(i).lay.tensors)
+                        if (!t.tied_copy) bytes += static_cast<std::size_t>(t.size()) * sizeof(float);
+                bytes += s->opt(i).first_moments().size() * sizeof(float) * 2;
+            }
             shard.reserve(bytes);  // one copy of each byte: the snapshot is the pause a save puts into training
             for (int i : here) {
-                const auto& p = s.params(i);
-                auto& opt = s.opt(i);
+                const auto& p = s->params(i);
+                auto& opt = s->opt(i);
                 if (opt.frozen() != 0) throw std::logic_error("checkpoint: a stage's optimizer has a frozen prefix");
+                if (d == 0)  // the parameters: replica 0's (every replica has the same)
+                    for (const auto& t : p.lay.tensors)
+                        if (!t.tied_copy)  // saved once, by the stage that holds the embedding
+                            shard.add<float>("param/" + t.name, t.shape, 0,
+                                             std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                                     static_cast<std::size_t>(t.size())));
                 const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-                for (const auto& t : p.lay.tensors) {
-                    if (t.tied_copy) continue;  // saved once, by the stage that holds the embedding
-                    const auto n = static_cast<std::size_t>(t.size());
-                    const auto at = static_cast<std::size_t>(t.offset);
-                    shard.add<float>("param/" + t.name, t.shape, 0, std::span<const float>(p.value).subspan(at, n));
-                    add_moments(shard, t, m_all.subspan(at, n), v_all.subspan(at, n));
-                }
+                each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+                    if (!t.tied_copy) add_moments(shard, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
+                });
             }
             mine.push_back(std::move(shard));
         }
+    }
     out_.begin(std::move(m), std::move(mine));
 }
 
@@ -159,13 +194,14 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
         auto& p = s.params(i);
         auto& opt = s.opt(i);
         if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_checkpoint: the optimizer must be fresh");
+        for (const auto& t : p.lay.tensors)  // a tied copy reads the embedding's ranges ("wte")
+            in.read_tensor<float>("param/" + t.name, t.shape,
+                                  std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                    static_cast<std::size_t>(t.size())));
         const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-        for (const auto& t : p.lay.tensors) {  // a tied copy reads the embedding's ranges ("wte")
-            const auto n = static_cast<std::size_t>(t.size());
-            const auto at = static_cast<std::size_t>(t.offset);
-            in.read_tensor<float>("param/" + t.name, t.shape, std::span<float>(p.value).subspan(at, n));
-            read_moments(in, t, m_all.subspan(at, n), v_all.subspan(at, n));
-        }
+        each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+            read_moments(in, t, first, m_all.subspan(at, n), v_all.subspan(at, n));  // whatever sharding saved them
+        });
         opt.step_count() = step_count;
     }
     training_position pos;
@@ -218,17 +254,15 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::replan_record& p
     m.shape = object{{"elastic", true}, {"stages", plan.stages}, {"replicas", plan.replicas}};
     tpipe::state::shard_snapshot shard("rank-0.bin");
     shard.reserve(static_cast<std::size_t>(p.size() + 2 * (p.size() - opt.frozen())) * sizeof(float));
-    const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-    for (const auto& t : p.lay.tensors) {
-        if (t.tied_copy) continue;  // saved once, as the embedding
-        const auto n = static_cast<std::size_t>(t.size());
-        shard.add<float>("param/" + t.name, t.shape, 0,
-                         std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset), n));
-        if (t.offset + t.size() <= opt.frozen()) continue;  // frozen: no optimizer state
-        if (t.offset < opt.frozen()) throw std::logic_error("elastic checkpoint: tensor " + t.name + " is partly frozen");
-        const auto at = static_cast<std::size_t>(t.offset - opt.frozen());
-        add_moments(shard, t, m_all.subspan(at, n), v_all.subspan(at, n));
-    }
+    for (const auto& t : p.lay.tensors)
+        if (!t.tied_copy)  // saved once, as the embedding
+            shard.add<float>("param/" + t.name, t.shape, 0,
+                             std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                     static_cast<std::size_t>(t.size())));
+    const auto m_all = opt.first_moments(), v_all = opt.second_moments();  // the active layers' only
+    each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+        if (!t.tied_copy) add_moments(shard, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
+    });
     std::vector<tpipe::state::shard_snapshot> mine;
     mine.push_back(std::move(shard));
     out_->begin(std::move(m), std::move(mine));
@@ -286,15 +320,14 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its optimizer's frozen range ends at " +
                                       std::to_string(saved_frozen) + " parameters, but " + std::to_string(frozen) +
                                       " frozen layers end at " + std::to_string(opt.frozen()));
-    const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-    for (const auto& t : p.lay.tensors) {  // a tied copy reads the embedding's ranges ("wte")
-        const auto n = static_cast<std::size_t>(t.size());
+    for (const auto& t : p.lay.tensors)  // a tied copy reads the embedding's ranges ("wte")
         in.read_tensor<float>("param/" + t.name, t.shape,
-                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset), n));
-        if (t.offset < opt.frozen()) continue;
-        const auto from = static_cast<std::size_t>(t.offset - opt.frozen());
-        read_moments(in, t, m_all.subspan(from, n), v_all.subspan(from, n));
-    }
+                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                static_cast<std::size_t>(t.size())));
+    const auto m_all = opt.first_moments(), v_all = opt.second_moments();  // the active layers' only
+    each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+        read_moments(in, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
+    });
     opt.step_count() = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
     return at;
 }

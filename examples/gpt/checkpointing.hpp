@@ -3,7 +3,8 @@
 // named ranges ("param/h.0.attn.w_qkv", "adamw.m/...", "adamw.v/..."), one shard per pipeline
 // rank holding the tensors of that rank's stages (written by the process running that rank of
 // replica 0, from its stage-local state), and the step, optimizer, data streams and run shape in
-// the manifest. A resume reads every tensor a stage holds by name, whatever stages, cuts,
+// the manifest. With --shard-optimizer each replica d writes "rank-R-dp-d.bin": the AdamW moments
+// of its shard (pieces of tensors; replica 0's also holds the parameters). A resume reads every tensor a stage holds by name, whatever stages, cuts,
 // replicas or transport saved it. A tied LM head is saved once, as the embedding "wte"; the last
 // stage's copy of it is read from there (the copies are equal: they take the same steps).
 //
@@ -47,7 +48,8 @@ struct checkpoint_place {
     std::vector<int> stage_rank;  //!< pipeline rank of every stage
     int ranks = 1;
     int my_rank = -1;             //!< the pipeline rank whose shard this process writes; -1: every rank's
-    bool writes = true;           //!< holds replica 0 (the others only meet at the barriers)
+    int replicas = 1;             //!< data-parallel replicas in the job
+    bool sharded = false;         //!< --shard-optimizer: every replica writes its moments' shard
     bool leader = true;           //!< writes the manifest and commits
     std::function<void()> barrier{};
     tpipe::json::value shape{};   //!< how this run is laid out (recorded for information)
@@ -62,11 +64,13 @@ public:
                  std::uint64_t seed);
     //! After the optimizer step of `step`: starts a save every --save-every steps (committing the
     //! previous one first, so a save overlaps the next step's training).
-    void after_step(std::int64_t step, stage_states<float>& s, const std::vector<std::uint64_t>& streams);
+    //! `replicas[d]`: replica d's state, null where another process holds it.
+    void after_step(std::int64_t step, const std::vector<stage_states<float>*>& replicas,
+                    const std::vector<std::uint64_t>& streams);
     //! Commits the save in progress; call at the end of the run (and after the last step's save).
     void finish() { out_.finish(); }
     //! Starts a save of `step` now.
-    void save(std::int64_t step, stage_states<float>& s, const std::vector<std::uint64_t>& streams);
+    void save(std::int64_t step, const std::vector<stage_states<float>*>& replicas, const std::vector<std::uint64_t>& streams);
 
 private:
     checkpoint_flags f_;

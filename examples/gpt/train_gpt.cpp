@@ -91,6 +91,7 @@ struct options {
     std::string precision = "fp32";
     bool elastic = false;
     bool recompute = false;
+    bool shard_optimizer = false;  // ZeRO-1: AdamW's state sharded over the --dp replicas
     bool steps_given = false;
     int watchdog = 60;  // seconds without progress before a step is stopped (0: never)
     gpt::elastic_command el;
@@ -118,6 +119,9 @@ const char* usage_text =
     "  --threads N       compute threads in all (default: hardware threads), split over the ranks and replicas\n"
     "  --dp D            data-parallel replicas, each with its own batch of --batch sequences; gradients are\n"
     "                    averaged across replicas after every step (default 1)\n"
+    "  --shard-optimizer with --dp D: each replica keeps AdamW's moments for 1/D of its stages' parameters\n"
+    "                    (ZeRO-1, Megatron's distributed optimizer): gradients reduce-scattered, each replica\n"
+    "                    steps its shard, parameters all-gathered; bitwise the same training as without it\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
@@ -168,7 +172,8 @@ void check_memory(const options& o)
     const double d = o.cfg.d_model, F = double(o.cfg.mlp_ratio) * d, V = o.cfg.vocab;
     const double params = o.cfg.layers * (4 * d * d + 2 * d * F + 9 * d + F) + (o.cfg.tied ? 1 : 2) * V * d +
                           double(o.cfg.seq_len) * d + 2 * d;
-    const double need = params * 16 * (o.transport == "mpi" ? 1 : o.dp) * (o.check ? 2 : 1);
+    const double per_parameter = o.shard_optimizer ? 8 + 8.0 / o.dp : 16;  // weights, gradients, AdamW's moments
+    const double need = params * per_parameter * (o.transport == "mpi" ? 1 : o.dp) * (o.check ? 2 : 1);
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     if (have > 0 && need > have)
     {
@@ -215,6 +220,7 @@ options parse(int argc, char** argv)
     o.precision = r.text("--precision", o.precision);
     o.cfg.tied = !r.flag("--untied");
     o.recompute = r.flag("--recompute");
+    o.shard_optimizer = r.flag("--shard-optimizer");
     o.elastic = r.flag("--elastic");
     o.el.opts.devices = r.number("--devices", o.el.opts.devices, 1, most);
     if (auto a = r.value("--alpha")) o.el.opts.alpha = tpipe_examples::to_fraction("--alpha", *a);
@@ -265,6 +271,9 @@ options parse(int argc, char** argv)
     r.applies_only({"--granularity"}, o.slicer == "terapipe",
                    "applies to the TeraPipe planner (--slicer terapipe), not to --slicer " + o.slicer);
     r.applies_only({"--check-tol"}, o.check, "applies with --check");
+    r.applies_only({"--shard-optimizer"}, o.dp > 1 && !o.elastic && o.device == "cpu",
+                   "shards AdamW's state over the data-parallel replicas of --dp D > 1 (not with --elastic or "
+                   "--device cuda)");
     if (o.recompute && (o.device != "cpu" || o.elastic))
         throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
     if (r.given("--save") != r.given("--save-every")) throw usage_error("--save DIR and --save-every N go together");
@@ -397,6 +406,52 @@ struct replica {
         return h;
     }
 
+    //! --shard-optimizer: each stage's AdamW keeps and steps only the elements whose reduced
+    //! gradients `dp` leaves here (this replica's segment of every bucket of every gradient span).
+    template <class DP>
+    void shard_optimizer(const DP& dp)
+    {
+        for (int s = 0; s < state->stages(); ++s) {
+            if (!state->holds(s)) continue;
+            std::vector<tpipe::element_range> owned;
+            for (const auto g : model->part_at(s).gradient_ranges())
+                for (const auto r : dp.template shard<float>(s, g.size)) owned.push_back({g.begin + r.begin, r.size});
+            state->opt(s).shard(std::move(owned));
+        }
+    }
+    //! --shard-optimizer's step, after the run reduce-scattered the gradients; every replica runs
+    //! it together. The tied embedding's and head's gradients are all-gathered whole (the tied
+    //! sum needs both; all of them with `whole_gradients`, for --check), the norm is summed over
+    //! every shard (exact: the same bits as one replica's whole sum), each stage steps its
+    //! shard, and the parameters are all-gathered: bitwise the replicated optimizer's step.
+    //! `over_pipeline(tied)` sums over the pipeline's processes (under MPI), `over_all(digits)`
+    //! over the replicas and processes.
+    template <class DP, class Pipeline, class All>
+    tpipe::task<void> sharded_step(DP& dp, Pipeline over_pipeline, All over_all, bool whole_gradients)
+    {
+        auto& st = *state;
+        const int last = st.stages() - 1;
+        for (int s = 0; s < st.stages(); ++s) {
+            if (!st.holds(s)) continue;
+            const auto spans = model->part_at(s).gradient_ranges();
+            for (std::size_t k = 0; k < spans.size(); ++k) {
+                const bool tied = st.tied_across_stages() && ((s == 0 && k == 0) || (s == last && k + 1 == spans.size()));
+                if (tied || whole_gradients)
+                    co_await dp.all_gather(s, std::span<float>(st.params(s).grad).subspan(spans[k].begin, spans[k].size));
+            }
+        }
+        std::vector<float> tied = st.tied_share();
+        co_await over_pipeline(std::span<float>(tied));
+        st.set_tied(tied);
+        auto squares = st.squares();
+        co_await over_all(squares.digits());
+        st.step(squares);
+        for (int s = 0; s < st.stages(); ++s)
+            if (st.holds(s))
+                for (const auto g : model->part_at(s).gradient_ranges())
+                    co_await dp.all_gather(s, std::span<float>(st.params(s).value).subspan(g.begin, g.size));
+    }
+
     //! The data stream of replica d (replica 0's is the stream of a run without replicas).
     static std::uint64_t data_seed(const options& o, int d)
     {
@@ -477,35 +532,55 @@ public:
         return tpipe::scheme(std::move(mbs));
     }
 
-    void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts)
+    void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts, bool sharded)
     {
         std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
         for (int s = 0; s < prog.stages(); ++s)
             if (prog.stage_rank[s] == where.rank) comms[s] = replicas_.get();
         if (D_ > 1) {
-            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(r.model->pipe(), comms);
+            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(r.model->pipe(), comms,
+                                                                                   tpipe::data_parallel_options{.shard = sharded});
             opts.after_backward = dp_->hook();
+            if (sharded) r.shard_optimizer(*dp_);
         }
+        sharded_ = sharded && D_ > 1;
         runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
     }
 
     //! One step of this process's rank; returns the mean loss over every replica.
-    double step(replica& r, const gpt::batch& b, tpipe::run_stats& stats)
+    double step(replica& r, const gpt::batch& b, tpipe::run_stats& stats, bool whole_gradients)
     {
         r.model->begin_step(b);
         stats = runner_->run(r.model->io());
         const double mine = r.model->finish_step();
+        if (sharded_) {
+            auto pipeline = [this](std::span<float> v) { return over_pipeline(v); };
+            auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
+                co_await replicas_->all_reduce_sum(v);
+                co_await over_pipeline(v);
+            };
+            tpipe::sync_wait(r.sharded_step(*dp_, pipeline, all, whole_gradients));
+        } else {
+            sync_and_step(r);
+        }
+        double sum = 0;
+        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
+        return sum / D_;
+    }
+
+private:
+    //! The replicated optimizer's step: tied gradients and the norm summed over the pipeline.
+    void sync_and_step(replica& r)
+    {
         std::vector<float> tied = r.state->tied_share();
         tpipe::sync_wait(over_pipeline(std::span<float>(tied)));
         r.state->set_tied(tied);  // before the squares: the embedding's count e + h
         auto squares = r.state->squares();
         tpipe::sync_wait(over_pipeline(squares.digits()));
         r.state->step(squares);
-        double sum = 0;
-        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce (loss)");
-        return sum / D_;
     }
 
+public:
     //! FNV-1a of the replica's whole weights: stage by stage, the rank running each continues
     //! the hash of the stages before it and hands it on.
     std::string fingerprint(const replica& r, const tpipe::program& prog)
@@ -554,11 +629,13 @@ private:
     std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_, world_;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
+    bool sharded_ = false;
 };
 #endif
 
 //! The memory model's (tpipe/plan/memory_model.hpp) peak for this process: per stage here, fp32
-//! weights and gradients, AdamW's two moments and its one-byte decay flag (17 B a parameter) and
+//! weights and gradients, AdamW's two moments and its one-byte decay flag (17 B a parameter; the
+//! last 9 divided by D with --shard-optimizer) and
 //! every unit's activations alive at once, plus a fixed floor: the peak RSS of train_gpt with a
 //! negligible model (binary, libraries, allocator, thread stacks, BLAS buffers; MPI's too under
 //! --transport mpi), measured in docs/memory.md.
@@ -576,7 +653,8 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
             // The CPU GPT's saves per layer, token and hidden unit: 16 floats from the forward
             // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
             // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
-            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = 9,
+            const double optimizer = o.shard_optimizer ? 9.0 / o.dp : 9.0;  // sharded: 1/D of m, v and the decay flag
+            tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = optimizer,
                                      .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
                                      .input_bytes = 4};
@@ -627,7 +705,7 @@ int train_on_cuda(const options& o, const std::string& text)
     f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
     f.add("--cache-mb", o.el.opts.cache_bytes).add("--no-autopipe", !o.el.opts.autopipe);
     f.add("--no-autodp", !o.el.opts.autodp).add("--no-autocache", !o.el.opts.autocache);
-    f.add("--recompute", o.recompute).add("--save", o.ckpt.save).add("--save-every", o.ckpt.every);
+    f.add("--recompute", o.recompute).add("--shard-optimizer", o.shard_optimizer).add("--save", o.ckpt.save).add("--save-every", o.ckpt.every);
     f.add("--keep", o.ckpt.keep).add("--resume", o.ckpt.resume);
     f.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");
     return f;
@@ -792,14 +870,16 @@ int train(const options& o)
                 for (auto& g : groups) r->members.push_back(g->member(r->index));
                 std::vector<tpipe::thread_communicator*> comms;
                 for (auto& m : r->members) comms.push_back(&m);
-                r->dp_threads = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(r->model->pipe(), comms);
+                r->dp_threads = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(
+                    r->model->pipe(), comms, tpipe::data_parallel_options{.shard = o.shard_optimizer});
                 opts.after_backward = r->dp_threads->hook();
+                if (o.shard_optimizer) r->shard_optimizer(*r->dp_threads);
             }
             r->local_runner = std::make_unique<replica::local_runner_t>(r->model->pipe(), prog, engine, opts);
         }
 #ifdef TPIPE_GPT_MPI
         else {
-            mpi->connect(*r, prog, engine, opts);
+            mpi->connect(*r, prog, engine, opts, o.shard_optimizer);
         }
 #endif
     }
@@ -842,14 +922,17 @@ int train(const options& o)
         if (speaks && !o.json) std::cout << "resumed from step " << at.step << " (" << o.ckpt.resume << ")\n";
     }
     std::unique_ptr<gpt::checkpointer> saver;
+    std::vector<gpt::stage_states<float>*> states_here(static_cast<std::size_t>(D), nullptr);  // by replica
+    for (auto& r : reps) states_here[static_cast<std::size_t>(r->index)] = r->state.get();
     if (!o.ckpt.save.empty()) {
         gpt::checkpoint_place place{.stage_rank = prog.stage_rank, .ranks = ranks, .my_rank = where.rank,
-                                    .writes = where.has_replica(0), .leader = speaks};
+                                    .replicas = D, .sharded = o.shard_optimizer, .leader = speaks};
 #ifdef TPIPE_GPT_MPI
         if (mpi) place.barrier = [&] { mpi->barrier(); };
 #endif
         place.shape = tpipe::json::object{{"stages", stages}, {"ranks", ranks}, {"dp", D}, {"schedule", o.schedule},
-                                          {"units", describe(units)}, {"transport", o.transport}};
+                                          {"units", describe(units)}, {"transport", o.transport},
+                                          {"shard_optimizer", o.shard_optimizer}};
         saver = std::make_unique<gpt::checkpointer>(o.ckpt, std::move(place), o.cfg, gpt::adamw_options{.lr = o.lr}, o.seed);
     }
     // SIGINT/SIGTERM: stop at a step boundary. Over MPI the processes agree on it first: a signal
@@ -864,7 +947,7 @@ int train(const options& o)
             const bool saves = saver && step - 1 >= first_step;  // the last step done is not lost
             if (saves) {
                 saver->finish();
-                if ((step - 1) % o.ckpt.every != 0) saver->save(step - 1, *reps.front()->state, streams);
+                if ((step - 1) % o.ckpt.every != 0) saver->save(step - 1, states_here, streams);
                 saver->finish();
             }
             if (speaks || stop.requested())
@@ -884,6 +967,11 @@ int train(const options& o)
                 r.model->begin_step(batches[static_cast<std::size_t>(r.index)]);
                 all[k] = r.local_runner->run(r.model->io());
                 losses[k] = r.model->finish_step();
+                if (o.shard_optimizer) {  // the replicas step together: their shards meet in collectives
+                    auto pipeline = [](std::span<float>) -> tpipe::task<void> { co_return; };  // every stage is here
+                    auto all = [&r](std::span<std::int64_t> v) { return r.members.front().all_reduce_sum(v); };
+                    tpipe::sync_wait(r.sharded_step(*r.dp_threads, pipeline, all, o.check));
+                }
             };
             tpipe::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
             for (double l : losses) loss += l / D;
@@ -891,10 +979,10 @@ int train(const options& o)
         }
 #ifdef TPIPE_GPT_MPI
         else {
-            loss = mpi->step(*reps.front(), batches[static_cast<std::size_t>(where.first_replica())], stats);
+            loss = mpi->step(*reps.front(), batches[static_cast<std::size_t>(where.first_replica())], stats, o.check);
         }
 #endif
-        if (!over_mpi)
+        if (!over_mpi && !o.shard_optimizer)
             for (auto& r : reps) r->state->step();  // per stage, the norm over every stage (under MPI: in mpi->step)
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         for (auto& r : reps) replicas_identical = replicas_identical && r->same_weights(*reps.front());
@@ -910,7 +998,7 @@ int train(const options& o)
         double save_s = 0;  // the pause of saving: commit of the previous save, snapshot
         if (saver) {        // the snapshot is taken now; the disk writes overlap the next step
             const auto s0 = std::chrono::steady_clock::now();
-            saver->after_step(step, *reps.front()->state, streams);
+            saver->after_step(step, states_here, streams);
             save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
             elapsed += save_s;
         }

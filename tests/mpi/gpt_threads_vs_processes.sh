@@ -24,5 +24,6 @@ done <<'CONFIGS'
 2 --stages 2 --schedule terapipe-gpipe --slicer tokens:16,8,8
 2 --stages 2 --schedule 1f1b --untied
 4 --stages 4 --schedule zb-h1 --recompute
+6 --stages 2 --dp 3 --schedule interleaved --shard-optimizer
 CONFIGS
 exit $status

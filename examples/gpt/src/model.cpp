@@ -320,14 +320,13 @@ void part<T>::assume_context(int microbatch, std::int64_t row_begin, std::int64_
 }
 
 template <class T>
-std::vector<std::span<T>> part<T>::gradients()
+std::vector<tpipe::element_range> part<T>::gradient_ranges() const
 {
     const layout& lay = params_->lay;
-    T* G = params_->grad.data();
     const std::int64_t d = params_->cfg.d_model;
-    std::vector<std::span<T>> out;
+    std::vector<tpipe::element_range> out;
     auto range = [&](std::int64_t begin, std::int64_t end) {
-        if (end > begin) out.emplace_back(G + begin, static_cast<std::size_t>(end - begin));
+        if (end > begin) out.push_back({static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)});
     };
     if (first_) {
         range(lay.wte, lay.wte + params_->cfg.vocab * d);
@@ -336,9 +335,17 @@ std::vector<std::span<T>> part<T>::gradients()
     if (l1_ > l0_) range(lay.blocks[l0_].begin, lay.blocks[l1_ - 1].end);
     if (last_) {
         range(lay.lnf_g, lay.lnf_b + d);
-        if (!impl_->head_grad.empty()) out.emplace_back(impl_->head_grad);
-        else range(lay.head, lay.head + params_->cfg.vocab * d);
+        range(lay.head, lay.head + params_->cfg.vocab * d);
     }
+    return out;
+}
+
+template <class T>
+std::vector<std::span<T>> part<T>::gradients()
+{
+    std::vector<std::span<T>> out;
+    for (const auto& r : gradient_ranges()) out.emplace_back(params_->grad.data() + r.begin, r.size);
+    if (!impl_->head_grad.empty()) out.back() = std::span<T>(impl_->head_grad);  // the head: its accumulator
     return out;
 }
 
@@ -690,7 +697,7 @@ double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& uni
 template <class T>
 adamw<T>::adamw(const parameters<T>& p, adamw_options o)
     : o_(o), m_(static_cast<std::size_t>(p.size()), T(0)), v_(static_cast<std::size_t>(p.size()), T(0)),
-      decay_(static_cast<std::size_t>(p.size()), 0)
+      decay_(static_cast<std::size_t>(p.size()), 0), owned_{{0, static_cast<std::size_t>(p.size())}}
 {
     for (const auto& t : p.lay.tensors)
         if (t.decay) std::fill_n(decay_.begin() + t.offset, t.size(), 1);
@@ -700,6 +707,8 @@ template <class T>
 void adamw<T>::freeze(std::int64_t end)
 {
     const std::int64_t total = frozen_ + static_cast<std::int64_t>(m_.size());
+    if (owned_.size() != 1 || owned_.front().begin != static_cast<std::size_t>(frozen_))
+        throw std::logic_error("adamw::freeze: a sharded optimizer does not freeze");
     if (end < frozen_ || end > total)
         throw std::invalid_argument("adamw::freeze(" + std::to_string(end) + "): the frozen range [0, " +
                                     std::to_string(frozen_) + ") only grows, up to the " + std::to_string(total) +
@@ -712,6 +721,39 @@ void adamw<T>::freeze(std::int64_t end)
     v_.shrink_to_fit();
     decay_.shrink_to_fit();
     frozen_ = end;
+    owned_ = {{static_cast<std::size_t>(end), static_cast<std::size_t>(total - end)}};
+}
+
+template <class T>
+void adamw<T>::shard(std::vector<tpipe::element_range> owned)
+{
+    if (t_ != 0 || frozen_ != 0)
+        throw std::logic_error("adamw::shard: shard a fresh optimizer (it has stepped or frozen)");
+    const std::size_t size = m_.size();
+    std::sort(owned.begin(), owned.end(), [](auto a, auto b) { return a.begin < b.begin; });
+    std::vector<tpipe::element_range> merged;
+    for (const auto& r : owned) {
+        if (r.begin + r.size > size)
+            throw std::invalid_argument("adamw::shard: elements [" + std::to_string(r.begin) + ", " +
+                                        std::to_string(r.begin + r.size) + ") lie outside the " +
+                                        std::to_string(size) + " parameters");
+        if (r.size == 0) continue;
+        if (!merged.empty() && r.begin <= merged.back().begin + merged.back().size) {
+            auto& m = merged.back();
+            m.size = std::max(m.begin + m.size, r.begin + r.size) - m.begin;
+        } else {
+            merged.push_back(r);
+        }
+    }
+    std::vector<unsigned char> decay;
+    for (const auto& r : merged) decay.insert(decay.end(), decay_.begin() + r.begin, decay_.begin() + r.begin + r.size);
+    owned_ = std::move(merged);
+    decay_ = std::move(decay);
+    m_.assign(decay_.size(), T(0));
+    v_.assign(decay_.size(), T(0));
+    m_.shrink_to_fit();
+    v_.shrink_to_fit();
+    decay_.shrink_to_fit();
 }
 
 template <class T>
@@ -728,11 +770,13 @@ void adamw<T>::squares_into(const parameters<T>& p, square_sum& out) const
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
     // leaving them out changes nothing. A tied copy is counted once, by the embedding's holder.
     out.clear();
-    for (const auto& t : p.lay.tensors) {
-        const std::int64_t b = std::max(t.offset, frozen_), e = t.offset + t.size();
-        if (!t.tied_copy && e > b)
-            out.add(std::span<const T>(p.grad.data() + b, static_cast<std::size_t>(e - b)));
-    }
+    for (const auto& r : owned_)  // [frozen_, size) when not sharded
+        for (const auto& t : p.lay.tensors) {
+            const auto b = std::max<std::int64_t>(t.offset, static_cast<std::int64_t>(r.begin));
+            const auto e = std::min<std::int64_t>(t.offset + t.size(), static_cast<std::int64_t>(r.begin + r.size));
+            if (!t.tied_copy && e > b)
+                out.add(std::span<const T>(p.grad.data() + b, static_cast<std::size_t>(e - b)));
+        }
 }
 
 template <class T>
@@ -754,13 +798,16 @@ void adamw<T>::update(parameters<T>& p, double norm)
     ++t_;
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-    const T* grad = p.grad.data() + frozen_;
-    T* value = p.value.data() + frozen_;
     norm_ = norm;
     const double clip = o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0;
     const adamw_coefficients c{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, clip, o_.lr / bc1,
                                1.0 / std::sqrt(bc2)};
-    adamw_update(m_.size(), c, grad, decay_.data(), value, m_.data(), v_.data());
+    std::size_t at = 0;  // the owned pieces' moments, one after another
+    for (const auto& r : owned_) {
+        adamw_update(static_cast<std::int64_t>(r.size), c, p.grad.data() + r.begin, decay_.data() + at,
+                     p.value.data() + r.begin, m_.data() + at, v_.data() + at);
+        at += r.size;
+    }
 }
 
 // ---- data ----------------------------------------------------------------------------------

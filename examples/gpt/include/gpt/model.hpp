@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include <tpipe/comm/reduction_order.hpp>
 #include <tpipe/core/unit.hpp>
 #include <tpipe/slice/scheme.hpp>
 #include <tpipe/state/exact_square_sum.hpp>
@@ -173,6 +174,9 @@ public:
     //! params.grad, the embeddings when first, the final LayerNorm and the head when last (the
     //! tied head's private accumulator). Data parallelism all-reduces these.
     std::vector<std::span<T>> gradients();
+    //! Where each span of gradients() lies in params.grad and params.value, in the same order
+    //! (the tied head's accumulator: the head's place, where flush_grad adds it).
+    std::vector<tpipe::element_range> gradient_ranges() const;
 
     //! Activation recomputation: a unit keeps only its input to this part from its forward to its
     //! backward, which recomputes the part's forward first: the same inputs, weights and kernels,
@@ -233,8 +237,14 @@ public:
     //! the frozen range or lies outside the parameters.
     void freeze(std::int64_t end);
     std::int64_t frozen() const { return frozen_; }
-    //! The state of the active parameters [frozen(), size): first and second moments, one value
-    //! per active parameter each, and the step count (what a new data-parallel replica receives).
+    //! ZeRO-1: keep moments for, count in squares() and step only the elements `owned` of the
+    //! flat vector (any order, overlaps merged); the others are stepped by other data-parallel
+    //! members. Call on a fresh optimizer (no step, nothing frozen).
+    void shard(std::vector<tpipe::element_range> owned);
+    //! The elements this optimizer steps, in order: its moments are theirs, concatenated.
+    const std::vector<tpipe::element_range>& owned() const { return owned_; }
+    //! The state of the active parameters owned() (unsharded: [frozen(), size)): first and second
+    //! moments, one value per parameter each, and the step count (what a new replica receives).
     std::span<T> first_moments() { return m_; }
     std::span<T> second_moments() { return v_; }
     std::int64_t& step_count() { return t_; }
@@ -244,8 +254,8 @@ public:
     //! The clip's sum of squares, kept exactly (tpipe/state/exact_square_sum.hpp): the norm has
     //! the same bits however the gradients are split over stages, processes or shards.
     using square_sum = tpipe::exact_square_sum<T>;
-    //! Stage-local state: the squares of p's active gradients (a tied copy of the embedding is
-    //! left out: its holder counts it). Add the stages' sums, in any order.
+    //! Stage-local state: the squares of p's active (and owned) gradients (a tied copy of the
+    //! embedding is left out: its holder counts it). Add the stages' sums, in any order.
     square_sum squares(const parameters<T>& p) const;
     //! A step whose clip uses the global norm of `all_squares`, the squares of every stage.
     void step(parameters<T>& p, const square_sum& all_squares);
@@ -257,6 +267,7 @@ private:
     square_sum scratch_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
+    std::vector<tpipe::element_range> owned_;
     std::int64_t t_ = 0;
     std::int64_t frozen_ = 0;
     double norm_ = 0;
