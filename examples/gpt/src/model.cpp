@@ -696,32 +696,54 @@ double run_in_order(const std::vector<part<T>*>& parts, const tpipe::scheme& uni
 // ---- AdamW ---------------------------------------------------------------------------------
 template <class T>
 adamw<T>::adamw(const parameters<T>& p, adamw_options o)
-    : o_(o), m_(static_cast<std::size_t>(p.size()), T(0)), v_(static_cast<std::size_t>(p.size()), T(0)),
-      decay_(static_cast<std::size_t>(p.size()), 0), owned_{{0, static_cast<std::size_t>(p.size())}}
+    : o_(o), size_(p.size()), owned_{{0, static_cast<std::size_t>(p.size())}}
 {
     for (const auto& t : p.lay.tensors)
-        if (t.decay) std::fill_n(decay_.begin() + t.offset, t.size(), 1);
+        if (t.decay) decayed_.push_back({static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.size())});
+}
+
+template <class T>
+void adamw<T>::allocate()
+{
+    // At first use, for the owned elements only: a sharded optimizer never holds (nor touches)
+    // the whole stage's moments, not even before shard().
+    if (allocated_) return;
+    std::size_t n = 0;
+    for (const auto& r : owned_) n += r.size;
+    m_.assign(n, T(0));
+    v_.assign(n, T(0));
+    decay_.assign(n, 0);
+    std::size_t at = 0;
+    for (const auto& r : owned_) {
+        for (const auto& d : decayed_) {
+            const std::size_t b = std::max(r.begin, d.begin), e = std::min(r.begin + r.size, d.begin + d.size);
+            if (e > b) std::fill_n(decay_.begin() + static_cast<std::ptrdiff_t>(at + b - r.begin), e - b, 1);
+        }
+        at += r.size;
+    }
+    allocated_ = true;
 }
 
 template <class T>
 void adamw<T>::freeze(std::int64_t end)
 {
-    const std::int64_t total = frozen_ + static_cast<std::int64_t>(m_.size());
     if (owned_.size() != 1 || owned_.front().begin != static_cast<std::size_t>(frozen_))
         throw std::logic_error("adamw::freeze: a sharded optimizer does not freeze");
-    if (end < frozen_ || end > total)
+    if (end < frozen_ || end > size_)
         throw std::invalid_argument("adamw::freeze(" + std::to_string(end) + "): the frozen range [0, " +
-                                    std::to_string(frozen_) + ") only grows, up to the " + std::to_string(total) +
+                                    std::to_string(frozen_) + ") only grows, up to the " + std::to_string(size_) +
                                     " parameters");
-    const auto drop = static_cast<std::ptrdiff_t>(end - frozen_);
-    m_.erase(m_.begin(), m_.begin() + drop);
-    v_.erase(v_.begin(), v_.begin() + drop);
-    decay_.erase(decay_.begin(), decay_.begin() + drop);
-    m_.shrink_to_fit();
-    v_.shrink_to_fit();
-    decay_.shrink_to_fit();
+    if (allocated_) {
+        const auto drop = static_cast<std::ptrdiff_t>(end - frozen_);
+        m_.erase(m_.begin(), m_.begin() + drop);
+        v_.erase(v_.begin(), v_.begin() + drop);
+        decay_.erase(decay_.begin(), decay_.begin() + drop);
+        m_.shrink_to_fit();
+        v_.shrink_to_fit();
+        decay_.shrink_to_fit();
+    }
     frozen_ = end;
-    owned_ = {{static_cast<std::size_t>(end), static_cast<std::size_t>(total - end)}};
+    owned_ = {{static_cast<std::size_t>(end), static_cast<std::size_t>(size_ - end)}};
 }
 
 template <class T>
@@ -729,14 +751,13 @@ void adamw<T>::shard(std::vector<tpipe::element_range> owned)
 {
     if (t_ != 0 || frozen_ != 0)
         throw std::logic_error("adamw::shard: shard a fresh optimizer (it has stepped or frozen)");
-    const std::size_t size = m_.size();
     std::sort(owned.begin(), owned.end(), [](auto a, auto b) { return a.begin < b.begin; });
     std::vector<tpipe::element_range> merged;
     for (const auto& r : owned) {
-        if (r.begin + r.size > size)
+        if (r.begin + r.size > static_cast<std::size_t>(size_))
             throw std::invalid_argument("adamw::shard: elements [" + std::to_string(r.begin) + ", " +
                                         std::to_string(r.begin + r.size) + ") lie outside the " +
-                                        std::to_string(size) + " parameters");
+                                        std::to_string(size_) + " parameters");
         if (r.size == 0) continue;
         if (!merged.empty() && r.begin <= merged.back().begin + merged.back().size) {
             auto& m = merged.back();
@@ -745,15 +766,11 @@ void adamw<T>::shard(std::vector<tpipe::element_range> owned)
             merged.push_back(r);
         }
     }
-    std::vector<unsigned char> decay;
-    for (const auto& r : merged) decay.insert(decay.end(), decay_.begin() + r.begin, decay_.begin() + r.begin + r.size);
     owned_ = std::move(merged);
-    decay_ = std::move(decay);
-    m_.assign(decay_.size(), T(0));
-    v_.assign(decay_.size(), T(0));
-    m_.shrink_to_fit();
-    v_.shrink_to_fit();
-    decay_.shrink_to_fit();
+    allocated_ = false;  // fresh: the moments are zeros, allocated for the shard at first use
+    m_ = {};
+    v_ = {};
+    decay_ = {};
 }
 
 template <class T>
@@ -799,6 +816,7 @@ void adamw<T>::update(parameters<T>& p, double norm)
     const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
     const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
     norm_ = norm;
+    allocate();
     const double clip = o_.max_grad_norm > 0 && norm_ > o_.max_grad_norm ? o_.max_grad_norm / norm_ : 1.0;
     const adamw_coefficients c{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, clip, o_.lr / bc1,
                                1.0 / std::sqrt(bc2)};

@@ -245,8 +245,16 @@ public:
     const std::vector<tpipe::element_range>& owned() const { return owned_; }
     //! The state of the active parameters owned() (unsharded: [frozen(), size)): first and second
     //! moments, one value per parameter each, and the step count (what a new replica receives).
-    std::span<T> first_moments() { return m_; }
-    std::span<T> second_moments() { return v_; }
+    std::span<T> first_moments()
+    {
+        allocate();
+        return m_;
+    }
+    std::span<T> second_moments()
+    {
+        allocate();
+        return v_;
+    }
     std::int64_t& step_count() { return t_; }
     //! Global gradient norm seen by the last step (before clipping).
     double last_grad_norm() const { return norm_; }
@@ -263,7 +271,11 @@ public:
 private:
     void update(parameters<T>& p, double norm);
     void squares_into(const parameters<T>& p, square_sum& out) const;
+    void allocate();
     adamw_options o_;
+    std::int64_t size_ = 0;                      //!< parameters of the stage
+    std::vector<tpipe::element_range> decayed_;  //!< the tensors weight decay applies to
+    bool allocated_ = false;
     square_sum scratch_;
     std::vector<T> m_, v_;
     std::vector<unsigned char> decay_;
