@@ -1,5 +1,6 @@
 // Checkpoint write bandwidth (tpipe/state) against a plain write + fsync of the same bytes on
-// the same disk, and the cost of the snapshot (the only part of a save that stops training).
+// the same disk, the cost of the snapshot (the only part of a save that stops training), and
+// the shard checksum's speed (CRC-32C against format 1's FNV-1a).
 //   bench_state [--benchmark_...]        writes under $TPIPE_BENCH_DIR (default: the temp dir)
 #include <benchmark/benchmark.h>
 
@@ -72,9 +73,31 @@ void BM_snapshot(benchmark::State& st)
     st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(v.size() * sizeof(float)));
 }
 
+//! The shard checksum alone, over 128 MiB: CRC-32C (format 2; arg 1: the SSE4.2 instruction,
+//! 0: the portable table) against the FNV-1a 64 of format 1 (arg 2), on the same bytes.
+void BM_checksum(benchmark::State& st)
+{
+    const auto v = state_of(128);
+    const auto bytes = std::as_bytes(std::span<const float>(v));
+    for (auto _ : st) {
+        std::uint64_t h = 0;
+        if (st.range(0) == 2) {
+            tpipe::state::checksum fnv(tpipe::state::checksum_kind::fnv1a64);
+            fnv.update(bytes);
+            h = fnv.value();
+        } else {
+            h = tpipe::state::detail::crc32c_update(~0u, reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                                                    st.range(0) == 1);
+        }
+        benchmark::DoNotOptimize(h);
+    }
+    st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(bytes.size()));
+}
+
 } // namespace
 
 BENCHMARK(BM_checkpoint_save)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_plain_write_fsync)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_snapshot)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_checksum)->Arg(1)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

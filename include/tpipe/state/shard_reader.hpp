@@ -38,7 +38,7 @@ public:
                                      " bytes; the manifest records " + std::to_string(e.bytes) +
                                      (size < e.bytes ? " (truncated)" : ""));
         }
-        checksum sum;
+        checksum sum(e.kind);
         std::vector<std::byte> buf(std::size_t{1} << 20);
         for (std::int64_t at = 0; at < e.bytes;) {
             const std::size_t want = static_cast<std::size_t>(std::min<std::int64_t>(e.bytes - at, std::int64_t(buf.size())));
@@ -48,8 +48,9 @@ public:
         }
         if (sum.value() != e.checksum) {
             ::close(fd_);
-            throw corrupt_checkpoint("checkpoint shard \"" + path_ + "\" fails its checksum (FNV-1a " + sum.hex() +
-                                     ", the manifest records " + checksum::to_hex(e.checksum) + "): it is damaged");
+            throw corrupt_checkpoint("checkpoint shard \"" + path_ + "\" fails its checksum (" + checksum::name(e.kind) + " " +
+                                     sum.hex() + ", the manifest records " +
+                                     checksum::to_hex(e.checksum, checksum::digits(e.kind)) + "): it is damaged");
         }
     }
     ~shard_reader()
