@@ -1,0 +1,331 @@
+#pragma once
+// train_gpt's job: which replicas and pipeline ranks this process runs (job), one data-parallel
+// replica's stage-local state, pipeline and runner (replica), and under mpirun the processes'
+// communicators and the collective parts of a step (mpi_job).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <tpipe/comm/thread_communicator.hpp>
+#include <tpipe/core/flag_reader.hpp>
+#include <tpipe/exec/data_parallel.hpp>
+#include <tpipe/exec/run.hpp>
+#include <tpipe/exec/sync_wait.hpp>
+
+#include "gpt/fingerprint.hpp"
+#include "gpt/pipeline.hpp"
+#include "gpt/stage_state.hpp"
+#include "train_flags.hpp"
+
+#ifdef TPIPE_GPT_MPI
+#include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/transport.hpp>
+#endif
+
+namespace train_gpt {
+
+using tpipe::usage_error;
+
+//! Which (replica, pipeline rank) pairs this process runs: all of them without MPI, one under it.
+struct job {
+    int process = 0;
+    int replica = -1;  //!< -1: every replica and rank
+    int rank = -1;
+    bool has_replica(int d) const { return replica < 0 || replica == d; }
+    bool runs(int d, int r) const { return has_replica(d) && (rank < 0 || rank == r); }
+    int first_replica() const { return replica < 0 ? 0 : replica; }
+};
+
+//! One data-parallel replica on this process: the state of its stages here (stage-local:
+//! parameters, gradients and AdamW moments of those stages only), its pipeline and runner.
+struct replica {
+    using pipe_t = tpipe::uniform_pipeline<gpt::stage<float>>;
+    using local_runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
+
+    int index;
+    const options* o;
+    std::unique_ptr<gpt::stage_states<float>> state;
+    std::unique_ptr<gpt::pipelined_model<float>> model;
+    std::unique_ptr<local_runner_t> local_runner;
+    std::vector<tpipe::thread_communicator> members;  // replicas on threads: one per stage
+    std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp_threads;
+
+    //! Every replica starts from the same weights (same seed); each draws its own batches.
+    replica(const options& opts, int d) : index(d), o(&opts) {}
+
+    void build(int stages, int threads_per_part, const std::vector<bool>& here)
+    {
+        state = std::make_unique<gpt::stage_states<float>>(o->cfg, stages, std::vector<int>{}, here,
+                                                           gpt::adamw_options{.lr = o->lr}, o->seed);
+        model = std::make_unique<gpt::pipelined_model<float>>(o->cfg, state->pointers(), threads_per_part);
+    }
+    //! Whether the stages this replica and `other` both hold have the same weights, bitwise.
+    bool same_weights(const replica& other) const
+    {
+        for (int s = 0; s < state->stages(); ++s)
+            if (state->holds(s) && other.state->holds(s) && state->params(s).value != other.state->params(s).value)
+                return false;
+        return true;
+    }
+    //! FNV-1a of the weights of stage `stage` (-1: every stage here, in the whole model's order;
+    //! with every stage here, that of the whole model's flat vector), continued from `h`.
+    std::uint64_t fingerprint(std::uint64_t h, int stage = -1) const
+    {
+        auto add = [&](std::int64_t, std::span<const float> v) { h = gpt::fnv_update(h, v); };
+        if (stage < 0) state->each_tensor(false, add);
+        else state->each_tensor(stage, false, add);
+        return h;
+    }
+
+    //! --shard-optimizer: each stage's AdamW keeps and steps only the elements whose reduced
+    //! gradients `dp` leaves here (this replica's segment of every bucket of every gradient span).
+    template <class DP>
+    void shard_optimizer(const DP& dp)
+    {
+        for (int s = 0; s < state->stages(); ++s) {
+            if (!state->holds(s)) continue;
+            std::vector<tpipe::element_range> owned;
+            for (const auto g : model->part_at(s).gradient_ranges())
+                for (const auto r : dp.template shard<float>(s, g.size)) owned.push_back({g.begin + r.begin, r.size});
+            state->opt(s).shard(std::move(owned));
+        }
+    }
+    //! --shard-optimizer's step, after the run reduce-scattered the gradients; every replica runs
+    //! it together. The tied embedding's and head's gradients are all-gathered whole (the tied
+    //! sum needs both; all of them with `whole_gradients`, for --check), the norm is summed over
+    //! every shard (exact: the same bits as one replica's whole sum), each stage steps its
+    //! shard, and the parameters are all-gathered: bitwise the replicated optimizer's step.
+    //! `over_pipeline(tied)` sums over the pipeline's processes (under MPI), `over_all(digits)`
+    //! over the replicas and processes.
+    template <class DP, class Pipeline, class All>
+    tpipe::task<void> sharded_step(DP& dp, Pipeline over_pipeline, All over_all, bool whole_gradients)
+    {
+        auto& st = *state;
+        const int last = st.stages() - 1;
+        for (int s = 0; s < st.stages(); ++s) {
+            if (!st.holds(s)) continue;
+            const auto spans = model->part_at(s).gradient_ranges();
+            for (std::size_t k = 0; k < spans.size(); ++k) {
+                const bool tied = st.tied_across_stages() && ((s == 0 && k == 0) || (s == last && k + 1 == spans.size()));
+                if (tied || whole_gradients)
+                    co_await dp.all_gather(s, std::span<float>(st.params(s).grad).subspan(spans[k].begin, spans[k].size));
+            }
+        }
+        std::vector<float> tied = st.tied_share();
+        co_await over_pipeline(std::span<float>(tied));
+        st.set_tied(tied);
+        auto squares = st.squares();
+        co_await over_all(squares.digits());
+        st.step(squares);
+        for (int s = 0; s < st.stages(); ++s)
+            if (st.holds(s))
+                for (const auto g : model->part_at(s).gradient_ranges())
+                    co_await dp.all_gather(s, std::span<float>(st.params(s).value).subspan(g.begin, g.size));
+    }
+
+    //! The data stream of replica d (replica 0's is the stream of a run without replicas).
+    static std::uint64_t data_seed(const options& o, int d)
+    {
+        return o.seed * 0x9E3779B97F4A7C15ULL + 7 + static_cast<std::uint64_t>(d) * 0xD1B54A32D192ED03ULL;
+    }
+
+};
+
+#ifdef TPIPE_GPT_MPI
+//! train_gpt under mpirun: process d * P + r runs pipeline rank r of replica d.
+//!
+//! Stage-local state: each process holds and steps its stages only. After the run, the
+//! replica's pipeline ranks sum (tpipe::mpi::communicator, rank-order fold) the tied gradient's
+//! shares (embedding + head) and the exact sums of squares of the norm clip (integers: the sum
+//! is exact), so every process clips with the same global norm, bitwise that of the same run
+//! on threads.
+class mpi_job {
+public:
+    job where;
+
+    mpi_job(int ranks, int replicas) : P_(ranks), D_(replicas)
+    {
+        world_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world());
+        where.process = world_->rank();
+        const int size = world_->size();
+        if (size != P_ * D_)
+            throw usage_error("--transport mpi with --stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) +
+                              " needs " + std::to_string(P_ * D_) + " processes, but the job has " +
+                              std::to_string(size) + "; launch it with mpirun -np " + std::to_string(P_ * D_));
+        where.replica = where.process / P_;
+        where.rank = where.process % P_;
+        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
+        replicas_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.rank, where.replica));
+        pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.replica, where.rank));
+    }
+
+    //! The largest of every process's `mine`: with a stop signal's number (0: none), every process
+    //! stops at the same step boundary, whichever of them the signal reached, and saves there.
+    int agree_max(int mine)
+    {
+        const auto all = every_process(std::int32_t{mine});
+        return *std::max_element(all.begin(), all.end());
+    }
+
+    //! Every process meets here (the checkpoint's commit waits for every shard).
+    void barrier()
+    {
+        tpipe::sync_wait([](tpipe::mpi::communicator& c) -> tpipe::task<void> { co_await c.barrier(); }(*world_));
+    }
+
+    //! Process 0's TeraPipe plan (and its objective), on every process.
+    tpipe::scheme share(const tpipe::scheme& mine, double& planned_T)
+    {
+        std::vector<std::int64_t> flat;
+        for (const auto& m : mine.parts()) {
+            flat.push_back(m.row_begin);
+            flat.push_back(m.row_end);
+            flat.push_back(static_cast<std::int64_t>(m.cuts.size()));
+            flat.insert(flat.end(), m.cuts.begin(), m.cuts.end());
+        }
+        std::int64_t n = static_cast<std::int64_t>(flat.size());
+        broadcast(std::span<std::int64_t>(&n, 1));
+        flat.resize(static_cast<std::size_t>(n));
+        broadcast(std::span<std::int64_t>(flat));
+        broadcast(std::span<double>(&planned_T, 1));
+        std::vector<tpipe::scheme::microbatch> mbs;
+        for (std::size_t k = 0; k < flat.size();) {
+            tpipe::scheme::microbatch m;
+            m.row_begin = flat[k];
+            m.row_end = flat[k + 1];
+            m.cuts.assign(flat.begin() + static_cast<std::ptrdiff_t>(k + 3),
+                          flat.begin() + static_cast<std::ptrdiff_t>(k + 3 + static_cast<std::size_t>(flat[k + 2])));
+            k += 3 + static_cast<std::size_t>(flat[k + 2]);
+            mbs.push_back(std::move(m));
+        }
+        return tpipe::scheme(std::move(mbs));
+    }
+
+    void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts, bool sharded)
+    {
+        std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
+        for (int s = 0; s < prog.stages(); ++s)
+            if (prog.stage_rank[s] == where.rank) comms[s] = replicas_.get();
+        if (D_ > 1) {
+            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(r.model->pipe(), comms,
+                                                                                   tpipe::data_parallel_options{.shard = sharded});
+            opts.after_backward = dp_->hook();
+            if (sharded) r.shard_optimizer(*dp_);
+        }
+        sharded_ = sharded && D_ > 1;
+        runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
+    }
+
+    //! One step of this process's rank; returns the mean loss over every replica.
+    double step(replica& r, const gpt::batch& b, tpipe::run_stats& stats, bool whole_gradients)
+    {
+        r.model->begin_step(b);
+        stats = runner_->run(r.model->io());
+        const double mine = r.model->finish_step();
+        if (sharded_) {
+            auto pipeline = [this](std::span<float> v) { return over_pipeline(v); };
+            auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
+                co_await replicas_->all_reduce_sum(v);
+                co_await over_pipeline(v);
+            };
+            tpipe::sync_wait(r.sharded_step(*dp_, pipeline, all, whole_gradients));
+        } else {
+            sync_and_step(r);
+        }
+        // Replica by replica in index order (a replica's loss is its last rank's: the others add
+        // zeros), as train() adds the replicas' losses on threads: the same bits.
+        const auto all = every_process(mine);
+        double loss = 0;
+        for (int d = 0; d < D_; ++d) {
+            double replica_loss = 0;
+            for (int r = 0; r < P_; ++r) replica_loss += all[static_cast<std::size_t>(d * P_ + r)];
+            loss += replica_loss / D_;
+        }
+        return loss;
+    }
+
+private:
+    //! Every process's `mine`, in process order (an all-gather: process p's segment is element p).
+    template <class T>
+    std::vector<T> every_process(T mine)
+    {
+        std::vector<T> all(static_cast<std::size_t>(world_->size()), T{});
+        all[static_cast<std::size_t>(where.process)] = mine;
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<T> v) -> tpipe::task<void> { co_await c.all_gather(v); }(
+            *world_, std::span<T>(all)));
+        return all;
+    }
+    //! Process 0's `values` on every process.
+    template <class T>
+    void broadcast(std::span<T> values)
+    {
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b) -> tpipe::task<void> { co_await c.broadcast(b, 0); }(
+            *world_, std::as_writable_bytes(values)));
+    }
+
+    //! The replicated optimizer's step: tied gradients and the norm summed over the pipeline.
+    void sync_and_step(replica& r)
+    {
+        std::vector<float> tied = r.state->tied_share();
+        tpipe::sync_wait(over_pipeline(std::span<float>(tied)));
+        r.state->set_tied(tied);  // before the squares: the embedding's count e + h
+        auto squares = r.state->squares();
+        tpipe::sync_wait(over_pipeline(squares.digits()));
+        r.state->step(squares);
+    }
+
+public:
+    //! FNV-1a of the replica's whole weights: stage by stage, the rank running each continues
+    //! the hash of the stages before it and hands it on.
+    std::string fingerprint(const replica& r, const tpipe::program& prog)
+    {
+        std::uint64_t h = gpt::fnv_offset_basis;
+        for (int s = 0; s < prog.stages(); ++s) {
+            const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+            if (owner == where.rank) h = r.fingerprint(h, s);
+            tpipe::sync_wait(broadcast_over_pipeline(h, owner));
+        }
+        return gpt::fnv_hex(h);
+    }
+    //! The replica's whole weights or gradients on every rank of its pipeline (for --check).
+    std::vector<float> whole(const replica& r, bool gradients)
+    {
+        std::vector<float> w = r.state->whole(gradients);  // zeros where other ranks hold the stages
+        tpipe::sync_wait(over_pipeline(std::span<float>(w)));
+        return w;
+    }
+
+    //! Whether every process has this weights fingerprint.
+    bool same_everywhere(const std::string& mine)
+    {
+        std::string first = mine;  // process 0's, after the broadcast
+        broadcast(std::span<char>(first));
+        const auto ok = every_process(std::int32_t{mine == first ? 1 : 0});
+        return std::find(ok.begin(), ok.end(), 0) == ok.end();
+    }
+
+private:
+    //! Sums `values` over the replica's pipeline ranks (rank-order fold; exact for integers).
+    template <class V>
+    tpipe::task<void> over_pipeline(std::span<V> values)
+    {
+        if (!values.empty()) co_await pipeline_comm_->all_reduce_sum(values);
+    }
+    tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
+    {
+        co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
+    }
+    using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
+    int P_, D_;
+    std::unique_ptr<tpipe::mpi::transport> transport_;
+    std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_, world_;
+    std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
+    std::unique_ptr<runner_t> runner_;
+    bool sharded_ = false;
+};
+#endif
+
+} // namespace train_gpt
