@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -23,12 +22,8 @@
 #include "gpt/frozen.hpp"
 
 #ifdef TPIPE_GPT_MPI
-#include <tpipe/exec/data_parallel.hpp>
-#include <tpipe/exec/sync_wait.hpp>
-#include <tpipe/exec/world.hpp>
-#include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/elastic_driver.hpp>
 #include <tpipe/mpi/error.hpp>
-#include <tpipe/mpi/transport.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
@@ -124,202 +119,6 @@ void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data
 }
 
 #ifdef TPIPE_GPT_MPI
-//! The MPI backend of tpipe::elastic::run_intervals (the GPT's own: its optimizer step is replicated): process p is one device. In a shape of K stages x D
-//! replicas it runs pipeline rank p % K of replica p / K. Every re-plan re-forms the transport
-//! (the new world), the communicator of the replica's pipeline ranks and that of the rank's
-//! replicas. The optimizer step is replicated, as in train_gpt --transport mpi: gradients are
-//! summed over the pipeline ranks and every process steps the whole model, so every process
-//! holds the weights and the optimizer state; a re-plan broadcasts process 0's to all anyway
-//! (the new replicas' hand-over), and checks nothing changed. The processes' caches share one
-//! directory, so a sample's cached output is found by whichever replica draws it next. Without
-//! AutoDP a plan uses fewer processes than the job has: the others idle until the next plan.
-class mpi_backend {
-public:
-    mpi_backend(const gpt::config& cfg, const gpt::window_dataset& data, const gpt::elastic_options& o, int threads)
-        : cfg_(cfg), data_(data), o_(o), threads_(threads), params_(cfg),
-          opt_((params_.init(o.seed), params_), o.opt), sampler_({.samples = data.samples(), .batch = o.batch, .seed = o.seed}),
-          world_(tpipe::mpi::communicator::world())
-    {
-        me_ = world_.rank();
-        if (o.autocache) {  // one directory for the processes' caches (one machine), made by process 0
-            std::string dir(4096, '\0');
-            if (me_ == 0) {
-                std::string templ = (std::filesystem::temp_directory_path() / "tpipe-elastic-cache-XXXXXX").string();
-                if (!::mkdtemp(templ.data())) throw std::runtime_error("cannot create a cache directory in " + templ);
-                std::copy(templ.begin(), templ.end(), dir.begin());
-            }
-            tpipe::mpi::check(MPI_Bcast(dir.data(), static_cast<int>(dir.size()), MPI_CHAR, 0, world_.native()), "MPI_Bcast");
-            shared_dir_ = dir.c_str();
-            cache_ = std::make_unique<gpt::frozen_prefix<float>::cache_type>(
-                tpipe::elastic::cache_options{.host_bytes = o.cache_bytes, .shared_directory = shared_dir_});
-        }
-    }
-    ~mpi_backend()
-    {
-        tear_down();
-        cache_.reset();
-        if (!shared_dir_.empty()) {
-            MPI_Barrier(world_.native());  // every process is done with the shared entries
-            std::error_code ec;
-            if (me_ == 0) std::filesystem::remove_all(shared_dir_, ec);
-        }
-    }
-
-    bool reshape(const tpipe::elastic::interval_shape& next)
-    {
-        const std::vector<float> before = params_.value;
-        const std::int64_t t_before = opt_.step_count();
-        const std::vector<float> m_before(opt_.first_moments().begin(), opt_.first_moments().end());
-        const std::int64_t frozen_from = opt_.frozen();
-        tear_down();
-        opt_.freeze(params_.lay.frozen_end(next.frozen));
-        tpipe::sync_wait(receive_state());  // AutoDP's hand-over: process 0's state to everyone
-        const auto drop = static_cast<std::ptrdiff_t>(opt_.frozen() - frozen_from);
-        // A process that idled (no AutoDP) held a stale state, which the broadcast replaced.
-        const bool kept = !active_now_ || (params_.value == before && opt_.step_count() == t_before &&
-                                           std::equal(opt_.first_moments().begin(), opt_.first_moments().end(),
-                                                      m_before.begin() + drop));
-        shape_ = next;
-        const int K = shape_.stages, D = shape_.replicas;
-        if (K * D > world_.size())
-            throw std::invalid_argument("elastic training under MPI needs one process per device: the plan has " +
-                                        std::to_string(K * D) + " devices, the job " + std::to_string(world_.size()));
-        // The processes of this plan (without AutoDP, the freed ones idle until the next plan).
-        const bool agreed = all_agree(kept, world_);
-        active_now_ = me_ < K * D;
-        MPI_Comm active = MPI_COMM_NULL;
-        tpipe::mpi::check(MPI_Comm_split(world_.native(), active_now_ ? 0 : MPI_UNDEFINED, me_, &active), "MPI_Comm_split");
-        if (!active_now_) return agreed;
-        active_ = std::make_unique<tpipe::mpi::communicator>(active);
-        MPI_Comm_free(&active);
-        replica_ = me_ / K;
-        rank_ = me_ % K;
-        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(K, D), replica_, active_->native());
-        pipeline_ = std::make_unique<tpipe::mpi::communicator>(active_->split(replica_, rank_));
-        replicas_ = std::make_unique<tpipe::mpi::communicator>(active_->split(rank_, replica_));
-        replicas_->set_reduction_order(tpipe::reduction_order::rank_order);  // as on threads: independent of the cuts
-        std::vector<bool> here(static_cast<std::size_t>(K), false);
-        here[static_cast<std::size_t>(rank_)] = true;
-        model_ = std::make_unique<gpt::pipelined_model<float>>(params_, K, threads_, layer_cuts_of(shape_.stage_cuts, cfg_.layers), here);
-        if (shape_.frozen > 0) {
-            if (rank_ == 0) prefix_ = std::make_unique<gpt::frozen_prefix<float>>(params_, threads_, cache_.get());
-            model_->set_source([this](const tpipe::unit& u) { return gpt::unit_slice(frozen_out_, u, cfg_.d_model); });
-        }
-        const auto prog = tpipe::make_schedule(tpipe::elastic::schedule_for(shape_.units)).program(tpipe::topology{.ranks = K}, shape_.units);
-        tpipe::run_options opts;
-        if (D > 1) {
-            std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(K), nullptr);
-            comms[static_cast<std::size_t>(rank_)] = replicas_.get();
-            dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(model_->pipe(), comms);
-            opts.after_backward = dp_->hook();
-        }
-        runner_ = std::make_unique<runner_t>(model_->pipe(), prog, engine_, *transport_, opts);
-        return agreed;
-    }
-
-    double step(std::int64_t step)
-    {
-        if (!active_now_) return 0;
-        const auto ids = sampler_.shard(step, replica_, shape_.replicas);
-        const gpt::batch b = data_.rows(ids);
-        if (prefix_) frozen_out_ = prefix_->forward(b, ids, shape_.frozen);
-        model_->begin_step(b);
-        runner_->run(model_->io());
-        const double mine = model_->finish_step();
-        // Each rank holds its stages' gradients and zeros elsewhere: the sum is exact. Only the
-        // active parameters: frozen gradients are zero everywhere.
-        if (pipeline_->size() > 1) {
-            const std::int64_t from = opt_.frozen();
-            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, params_.grad.data() + from, static_cast<int>(params_.size() - from),
-                                            MPI_FLOAT, MPI_SUM, pipeline_->native()),
-                              "MPI_Allreduce (gradients over the pipeline ranks)");
-        }
-        double sum = 0;
-        tpipe::mpi::check(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, active_->native()), "MPI_Allreduce (loss)");
-        opt_.step(params_);
-        return sum / shape_.replicas;
-    }
-
-    //! Among the processes of the current plan (an idle one's weights are stale by design).
-    bool replicas_identical()
-    {
-        if (!active_now_) return true;
-        std::string mine = gpt::fnv_hex(params_.value), first = mine;
-        tpipe::mpi::check(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, active_->native()), "MPI_Bcast");
-        return all_agree(mine == first, *active_);
-    }
-
-    tpipe::elastic::frozen_counters frozen_rows()
-    {
-        auto c = retired_;
-        if (prefix_) c += prefix_->count();
-        if (!active_now_) return c;
-        std::int64_t v[3] = {c.full, c.extended, c.cached};
-        tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_SUM, active_->native()), "MPI_Allreduce");
-        return {v[0], v[1], v[2]};
-    }
-    tpipe::elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : tpipe::elastic::cache_stats{}; }
-    std::vector<float> weights() const { return params_.value; }
-    int process() const { return me_; }
-    //! The whole model's state: every process holds it (the optimizer step is replicated).
-    gpt::parameters<float>& params() { return params_; }
-    gpt::adamw<float>& optimizer() { return opt_; }
-
-private:
-    using runner_t = tpipe::runner<tpipe::uniform_pipeline<gpt::stage<float>>, tpipe::cpu_engine, tpipe::mpi::transport>;
-
-    tpipe::task<void> receive_state()
-    {
-        co_await world_.broadcast(std::as_writable_bytes(std::span<float>(params_.value)), 0);
-        co_await world_.broadcast(std::as_writable_bytes(opt_.first_moments()), 0);
-        co_await world_.broadcast(std::as_writable_bytes(opt_.second_moments()), 0);
-        co_await world_.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&opt_.step_count(), 1)), 0);
-    }
-
-    static bool all_agree(bool mine, const tpipe::mpi::communicator& c)
-    {
-        int ok = mine ? 1 : 0, all = 0;
-        tpipe::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c.native()), "MPI_Allreduce");
-        return all == 1;
-    }
-
-    void tear_down()
-    {
-        if (prefix_) retired_ += prefix_->count();
-        runner_.reset();
-        dp_.reset();
-        model_.reset();
-        prefix_.reset();
-        replicas_.reset();
-        pipeline_.reset();
-        transport_.reset();
-        active_.reset();
-    }
-
-    const gpt::config& cfg_;
-    const gpt::window_dataset& data_;
-    const gpt::elastic_options& o_;
-    int threads_;
-    gpt::parameters<float> params_;
-    gpt::adamw<float> opt_;
-    tpipe::elastic::epoch_sampler sampler_;
-    tpipe::mpi::communicator world_;
-    int me_ = 0, replica_ = 0, rank_ = 0;
-    bool active_now_ = true;  //!< this process runs a rank of the current plan
-    tpipe::elastic::interval_shape shape_;
-    tpipe::cpu_engine engine_{1};
-    std::filesystem::path shared_dir_;
-    std::unique_ptr<gpt::frozen_prefix<float>::cache_type> cache_;
-    std::unique_ptr<tpipe::mpi::transport> transport_;
-    std::unique_ptr<tpipe::mpi::communicator> active_, pipeline_, replicas_;
-    std::unique_ptr<gpt::pipelined_model<float>> model_;
-    std::unique_ptr<gpt::frozen_prefix<float>> prefix_;
-    std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
-    std::unique_ptr<runner_t> runner_;
-    gpt::activation<float> frozen_out_;
-    tpipe::elastic::frozen_counters retired_;
-};
-
 //! Process 0's unit times on every process (plans depend on them and must agree).
 gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads)
 {
@@ -438,19 +237,21 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         o.measured = saved ? saved->measured : shared_unit_times(c.cfg, per_process);
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
-        const tpipe::elastic::shape_planner planner(unit_costs(c.cfg), c.cfg.layers, d);
-        mpi_backend be(c.cfg, data, o, per_process);
-        speaks = be.process() == 0;
+        elastic_gpt* trained = nullptr;  // the driver's model (every process holds the whole model)
+        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+            after_step(done, plan, trained->params(), trained->optimizer());
+        };
+        tpipe::mpi::elastic_driver<elastic_gpt> driver(std::make_unique<elastic_gpt>(c.cfg, data, o.opt, o.seed),
+                                                       data.samples(), d, per_process);
+        trained = &driver.model();
+        speaks = driver.process() == 0;
         header();
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
-        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, be.process() == 0);
-        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
-            after_step(done, plan, be.params(), be.optimizer());
-        };
-        const auto from = resume(be.params(), be.optimizer());
-        static_cast<tpipe::elastic::run_report&>(res) = tpipe::elastic::run_intervals(data.samples(), d, planner, be, print, from);
-        after_run(res, be.params(), be.optimizer());
-        res.weights = be.weights();
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0);
+        const auto from = resume(trained->params(), trained->optimizer());
+        static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
+        after_run(res, trained->params(), trained->optimizer());
+        res.weights = trained->params().value;
 #else
         throw std::invalid_argument("--transport mpi: this train_gpt was built without MPI");
 #endif

@@ -12,11 +12,14 @@
 #include <algorithm>
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/elastic/driver_options.hpp"
@@ -36,6 +39,24 @@ concept elastic_backend = requires(B& b, const interval_shape& s, std::int64_t s
 
 //! Trains o.steps steps of o.batch samples over `samples` samples per epoch on `be`, from the
 //! start or from `from` (a resumed run). `on_interval` (optional) sees each interval when it ends.
+//! Whether two models' trainable states hold the same bytes.
+inline bool same_state(const std::vector<std::span<std::byte>>& a, const std::vector<std::span<std::byte>>& b)
+{
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](auto x, auto y) { return std::equal(x.begin(), x.end(), y.begin(), y.end()); });
+}
+
+//! A model's trainable state as one byte vector (a backend compares it before and after a re-plan).
+inline std::vector<std::byte> flatten_state(const std::vector<std::span<std::byte>>& state)
+{
+    std::size_t n = 0;
+    for (auto s : state) n += s.size();
+    std::vector<std::byte> all(n);  // sized once: GCC 12 misreads a growing insert of spans (free-nonheap-object)
+    auto at = all.begin();
+    for (auto s : state) at = std::copy(s.begin(), s.end(), at);
+    return all;
+}
+
 template <elastic_backend Backend>
 run_report run_intervals(std::int64_t samples, const driver_options& o, const shape_planner& planner, Backend& be,
                          const std::function<void(const interval_report&)>& on_interval = {},

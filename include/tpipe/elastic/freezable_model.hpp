@@ -66,4 +66,16 @@ concept freezable_model =
         { m.run_frozen(id, std::move(from), units, units) } -> std::same_as<typename M::frozen_output>;
     };
 
+//! A freezable_model the MPI driver (tpipe/mpi/elastic_driver.hpp) trains with one process per
+//! device. Each process holds the whole model but builds only its own rank's stages
+//! (stage_request::here); after the run, the driver sums the trainable gradients over the
+//! pipeline's processes and every process steps the whole optimizer. So the model also gives
+//!
+//!   gradient_view trainable_gradients();  // every trainable parameter's gradient (frozen units'
+//!                                         // left out), zeros where another process's stages ran
+template <class M>
+concept process_freezable_model = freezable_model<M> && requires(M& m) {
+    { m.trainable_gradients() } -> std::same_as<gradient_view>;
+};
+
 } // namespace tpipe::elastic

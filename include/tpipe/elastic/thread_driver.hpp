@@ -49,18 +49,6 @@ inline int compute_threads(const driver_options& o)
     return o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-namespace detail {
-inline std::vector<std::byte> flatten(const std::vector<std::span<std::byte>>& state)
-{
-    std::size_t n = 0;
-    for (auto s : state) n += s.size();
-    std::vector<std::byte> all(n);  // sized once: GCC 12 misreads a growing insert of spans (free-nonheap-object)
-    auto at = all.begin();
-    for (auto s : state) at = std::copy(s.begin(), s.end(), at);
-    return all;
-}
-} // namespace detail
-
 template <freezable_model M>
 class thread_driver {
 public:
@@ -102,7 +90,7 @@ public:
         }
         groups_.clear();
         engine_.reset();
-        const auto before = detail::flatten(reps_.front()->model->trainable_state());
+        const auto before = flatten_state(reps_.front()->model->trainable_state());
         // AutoDP: new replicas (holding the factory's weights), then replica 0's state to all.
         const auto old_replicas = reps_.size();
         while (static_cast<int>(reps_.size()) < next.replicas) {
@@ -117,7 +105,7 @@ public:
             });
         }
         bool kept = true;
-        for (auto& r : reps_) kept = detail::flatten(r->model->trainable_state()) == before && kept;
+        for (auto& r : reps_) kept = flatten_state(r->model->trainable_state()) == before && kept;
         // AutoPipe: the new pipelines, their runners and the gradient all-reduce.
         shape_ = next;
         const int K = shape_.stages, D = shape_.replicas, per_stage = threads_per_stage(compute_threads(o_), K, D);
@@ -176,9 +164,9 @@ public:
 
     bool replicas_identical()
     {
-        const auto first = detail::flatten(reps_.front()->model->trainable_state());
+        const auto first = reps_.front()->model->trainable_state();
         for (int d = 1; d < shape_.replicas; ++d)
-            if (detail::flatten(reps_[static_cast<std::size_t>(d)]->model->trainable_state()) != first) return false;
+            if (!same_state(reps_[static_cast<std::size_t>(d)]->model->trainable_state(), first)) return false;
         return true;
     }
     frozen_counters frozen_rows() const

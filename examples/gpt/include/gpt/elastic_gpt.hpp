@@ -36,6 +36,12 @@ public:
     void optimizer_step() { opt_.step(params_); }
     void freeze(int layers) { opt_.freeze(params_.lay.frozen_end(layers)); }
     std::vector<std::span<std::byte>> trainable_state();
+    //! The active parameters' gradients (after the frozen layers), for the MPI driver's sum over
+    //! the pipeline's processes.
+    tpipe::gradient_view trainable_gradients()
+    {
+        return {.f32 = {std::span<float>(params_.grad).subspan(static_cast<std::size_t>(opt_.frozen()))}, .f64 = {}};
+    }
     frozen_output run_frozen(std::int64_t id, std::optional<frozen_output> from, int from_layers, int to_layers);
 
     parameters<float>& params() { return params_; }
@@ -51,7 +57,7 @@ private:
     batch batch_;
     activation<float> frozen_out_;  // this step's frozen-prefix output, all rows (stage 0's source)
 };
-static_assert(tpipe::elastic::freezable_model<elastic_gpt>);
+static_assert(tpipe::elastic::process_freezable_model<elastic_gpt>);
 
 //! The unit costs tpipe's partitioner cuts by: the parameters a unit multiplies by (the
 //! embedding is a lookup and costs nothing), the paper's proxy, the same on every process.

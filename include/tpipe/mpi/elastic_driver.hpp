@@ -1,0 +1,267 @@
+#pragma once
+// tpipe::mpi::elastic_driver: the elastic driver over MPI processes, one process per device. It
+// runs tpipe::elastic::run_intervals (freeze -> AutoPipe -> AutoDP -> AutoCache, the same plans
+// as tpipe::elastic::thread_driver) for a tpipe::elastic::process_freezable_model:
+//
+//   tpipe::mpi::elastic_driver<my_model> d(std::make_unique<my_model>(...), samples, options, threads);
+//   auto report = d.run(on_interval);      // every process calls it; mpirun -np options.devices
+//   d.model();                             // the trained model, on every process
+//
+// In a plan of K stages x D replicas, process p runs pipeline rank p % K of replica p / K. Every
+// re-plan re-forms the transport and two communicators: the replica's pipeline ranks and the
+// rank's replicas. The optimizer step is replicated: every process holds the whole model, the
+// trainable gradients are summed over the pipeline's processes (each holds its stages' and
+// zeros: the sum is exact) and every process steps the whole optimizer. A re-plan broadcasts
+// process 0's trainable state to all (the new replicas' hand-over) and checks nothing else
+// changed. The data-parallel all-reduce adds in rank order, as the thread driver's does, and the
+// mean loss is added replica by replica: the same bits as the thread driver's run.
+//
+// AutoCache: one activation_cache per process over one shared directory (made by process 0), so a
+// sample's cached prefix output is found by whichever replica draws it next. Without AutoDP a plan
+// uses fewer processes than the job has: the others idle until the next plan.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tpipe/comm/reduction_order.hpp"
+#include "tpipe/elastic/cache.hpp"
+#include "tpipe/elastic/driver_loop.hpp"
+#include "tpipe/elastic/freezable_model.hpp"
+#include "tpipe/elastic/frozen_outputs.hpp"
+#include "tpipe/elastic/sampler.hpp"
+#include "tpipe/elastic/shape_planner.hpp"
+#include "tpipe/exec/data_parallel.hpp"
+#include "tpipe/exec/run.hpp"
+#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/mpi/communicator.hpp"
+#include "tpipe/mpi/transport.hpp"
+#include "tpipe/schedule/by_name.hpp"
+#include "tpipe/state/checksum.hpp"
+
+namespace tpipe::mpi {
+
+template <elastic::process_freezable_model M>
+class elastic_driver {
+public:
+    //! `model`: this process's (every process starts from the same weights); `threads`: compute
+    //! threads of each stage this process runs. Collective over `world` (every process).
+    elastic_driver(std::unique_ptr<M> model, std::int64_t samples, elastic::driver_options o, int threads,
+                   communicator world = communicator::world())
+        : model_(std::move(model)), samples_(samples), o_(std::move(o)), threads_(std::max(1, threads)),
+          sampler_({.samples = samples, .batch = o_.batch, .seed = o_.seed}), world_(std::move(world))
+    {
+        me_ = world_.rank();
+        if (o_.devices != world_.size())
+            throw invalid_argument("tpipe::mpi::elastic_driver: " + std::to_string(o_.devices) + " devices, but the job has " +
+                                   std::to_string(world_.size()) + " processes; launch mpirun -np " +
+                                   std::to_string(o_.devices) + " (one process per device)");
+        if (o_.autocache) {
+            shared_dir_ = shared_directory();
+            cache_ = std::make_unique<elastic::activation_cache<out_t>>(
+                elastic::cache_options{.host_bytes = o_.cache_bytes, .shared_directory = shared_dir_});
+        }
+    }
+    ~elastic_driver()
+    {
+        tear_down();
+        cache_.reset();
+        if (!shared_dir_.empty()) {
+            sync_wait(barrier(world_));  // every process is done with the shared entries
+            std::error_code ec;
+            if (me_ == 0) std::filesystem::remove_all(shared_dir_, ec);
+        }
+    }
+    elastic_driver(const elastic_driver&) = delete;
+    elastic_driver& operator=(const elastic_driver&) = delete;
+
+    //! Trains o.steps steps, from the start or, resumed, from `from` (model() must then hold that
+    //! step's state on every process); `on_interval` (optional) sees each interval when it ends.
+    elastic::run_report run(const std::function<void(const elastic::interval_report&)>& on_interval = {},
+                            const std::optional<elastic::resume_point>& from = {})
+    {
+        const elastic::shape_planner planner(model_->unit_costs(), model_->freezable_units(), o_);
+        auto report = elastic::run_intervals(samples_, o_, planner, *this, on_interval, from);
+        // Every process ends with the trained model: a process idle in the last plan (no AutoDP)
+        // held a stale state. Collective, like every step.
+        for (auto s : model_->trainable_state()) sync_wait(broadcast(world_, s));
+        return report;
+    }
+
+    M& model() { return *model_; }
+    int process() const { return me_; }
+
+    // ---- the backend of run_intervals ------------------------------------------------------
+    bool reshape(const elastic::interval_shape& next)
+    {
+        tear_down();
+        model_->freeze(next.frozen);
+        const auto before = flat_state();
+        for (auto s : model_->trainable_state()) sync_wait(broadcast(world_, s));  // AutoDP: process 0's state
+        // A process that idled (no AutoDP) held a stale state, which the broadcast replaced.
+        const bool kept = !active_ || flat_state() == before;
+        const bool agreed = every_process(kept);
+        shape_ = next;
+        const int K = shape_.stages, D = shape_.replicas;
+        if (K * D > world_.size())
+            throw invalid_argument("tpipe::mpi::elastic_driver: the plan has " + std::to_string(K * D) +
+                                   " devices, the job " + std::to_string(world_.size()) + " processes");
+        active_ = me_ < K * D;
+        active_comm_ = std::make_unique<communicator>(world_.split(active_ ? 0 : 1, me_));  // idle: a group of their own
+        if (!active_) return agreed;
+        replica_ = me_ / K;
+        rank_ = me_ % K;
+        transport_ = std::make_unique<transport>(world::one_rank_per_process(K, D), replica_, active_comm_->native());
+        pipeline_ = std::make_unique<communicator>(active_comm_->split(replica_, rank_));
+        replicas_ = std::make_unique<communicator>(active_comm_->split(rank_, replica_));
+        replicas_->set_reduction_order(reduction_order::rank_order);  // as on threads: independent of the cuts
+        std::vector<bool> here(static_cast<std::size_t>(K), false);
+        here[static_cast<std::size_t>(rank_)] = true;
+        auto& pipe = model_->build(elastic::stage_request{shape_.stage_cuts, shape_.frozen, threads_, here});
+        const auto prog = make_schedule(elastic::schedule_for(shape_.units)).program(topology{.ranks = K}, shape_.units);
+        run_options opts;
+        if (D > 1) {
+            std::vector<communicator*> comms(static_cast<std::size_t>(K), nullptr);
+            comms[static_cast<std::size_t>(rank_)] = replicas_.get();
+            dp_ = std::make_unique<data_parallel<communicator>>(pipe, comms);
+            opts.after_backward = dp_->hook();
+        }
+        runner_ = std::make_unique<runner_t>(pipe, prog, engine_, *transport_, opts);
+        return agreed;
+    }
+
+    double step(std::int64_t step)
+    {
+        double mine = 0;
+        if (active_) {
+            const auto ids = sampler_.shard(step, replica_, shape_.replicas);
+            std::vector<out_t> frozen;
+            if (shape_.frozen > 0 && rank_ == 0)  // only stage 0 reads the frozen prefix's outputs
+                frozen = elastic::frozen_outputs<out_t>(
+                    ids, shape_.frozen, cache_.get(),
+                    [&](std::size_t i, std::optional<out_t> from, int lo, int hi) {
+                        return model_->run_frozen(ids[i], std::move(from), lo, hi);
+                    },
+                    rows_);
+            model_->begin_step(ids, std::move(frozen));
+            runner_->run(model_->io());
+            mine = model_->finish_step();
+            if (pipeline_->size() > 1) {
+                const gradient_view g = model_->trainable_gradients();
+                sync_wait(sum_gradients(*pipeline_, g));
+            }
+        }
+        // The mean loss: replica by replica in index order (a replica's is its ranks' sum, all but
+        // one adding zeros), as the thread driver adds it.
+        const auto all = every_process_value(mine);
+        double loss = 0;
+        const int K = shape_.stages, D = shape_.replicas;
+        for (int d = 0; d < D; ++d) {
+            double replica_loss = 0;
+            for (int r = 0; r < K; ++r) replica_loss += all[static_cast<std::size_t>(d * K + r)];
+            loss += replica_loss / D;
+        }
+        if (active_) model_->optimizer_step();
+        return loss;
+    }
+
+    //! Among the processes of the current plan (an idle one's state is stale by design).
+    bool replicas_identical()
+    {
+        state::checksum sum(state::checksum_kind::fnv1a64);
+        for (auto s : model_->trainable_state()) sum.update(s);
+        const auto all = every_process_value(static_cast<std::int64_t>(sum.value()));
+        const int n = shape_.stages * shape_.replicas;
+        return std::all_of(all.begin(), all.begin() + n, [&](std::int64_t v) { return v == all.front(); });
+    }
+    elastic::frozen_counters frozen_rows()
+    {
+        std::vector<std::int64_t> v{rows_.full, rows_.extended, rows_.cached};
+        sync_wait(sum_all(world_, std::span<std::int64_t>(v)));
+        return {v[0], v[1], v[2]};
+    }
+    elastic::cache_stats cache_stats() const { return cache_ ? cache_->stats() : elastic::cache_stats{}; }
+
+private:
+    using out_t = typename M::frozen_output;
+    using pipe_t = uniform_pipeline<typename M::stage_type>;
+    using runner_t = runner<pipe_t, cpu_engine, transport>;
+
+    static task<void> broadcast(communicator& c, std::span<std::byte> bytes) { co_await c.broadcast(bytes, 0); }
+    static task<void> barrier(communicator& c) { co_await c.barrier(); }
+    template <class T>
+    static task<void> sum_all(communicator& c, std::span<T> v) { co_await c.all_reduce_sum(v); }
+    template <class T>
+    static task<void> gather(communicator& c, std::span<T> v) { co_await c.all_gather(v); }
+    static task<void> sum_gradients(communicator& c, const gradient_view& g)
+    {
+        for (auto s : g.f32) co_await c.all_reduce_sum(s);
+        for (auto s : g.f64) co_await c.all_reduce_sum(s);
+    }
+
+    //! Every process's value, in process order (an all-gather: process p's segment is element p).
+    template <class T>
+    std::vector<T> every_process_value(T mine)
+    {
+        std::vector<T> all(static_cast<std::size_t>(world_.size()), T{});
+        all[static_cast<std::size_t>(me_)] = mine;
+        sync_wait(gather(world_, std::span<T>(all)));
+        return all;
+    }
+    bool every_process(bool ok)
+    {
+        const auto all = every_process_value(std::int32_t{ok ? 1 : 0});
+        return std::find(all.begin(), all.end(), 0) == all.end();
+    }
+    std::vector<std::byte> flat_state() { return elastic::flatten_state(model_->trainable_state()); }
+    //! A directory for the processes' cache entries (one machine), made by process 0.
+    std::filesystem::path shared_directory()
+    {
+        std::string dir(4096, '\0');
+        if (me_ == 0) {
+            std::string templ = (std::filesystem::temp_directory_path() / "tpipe-elastic-cache-XXXXXX").string();
+            if (!::mkdtemp(templ.data())) throw error("tpipe::mpi::elastic_driver: cannot create a cache directory " + templ);
+            std::copy(templ.begin(), templ.end(), dir.begin());
+        }
+        sync_wait(broadcast(world_, std::as_writable_bytes(std::span<char>(dir))));
+        return std::filesystem::path(dir.c_str());
+    }
+    void tear_down()
+    {
+        runner_.reset();
+        dp_.reset();
+        replicas_.reset();
+        pipeline_.reset();
+        transport_.reset();
+        active_comm_.reset();
+    }
+
+    std::unique_ptr<M> model_;
+    std::int64_t samples_;
+    elastic::driver_options o_;
+    int threads_;
+    elastic::epoch_sampler sampler_;
+    communicator world_;
+    int me_ = 0, replica_ = 0, rank_ = 0;
+    bool active_ = true;  //!< this process runs a rank of the current plan
+    elastic::interval_shape shape_;
+    cpu_engine engine_{1};
+    std::filesystem::path shared_dir_;
+    std::unique_ptr<elastic::activation_cache<out_t>> cache_;
+    std::unique_ptr<transport> transport_;
+    std::unique_ptr<communicator> active_comm_, pipeline_, replicas_;
+    std::unique_ptr<data_parallel<communicator>> dp_;
+    std::unique_ptr<runner_t> runner_;
+    elastic::frozen_counters rows_;
+};
+
+} // namespace tpipe::mpi
