@@ -120,8 +120,9 @@ public:
         for (std::span<double> s : g.f64) co_await reduce_span(*c, s);
     }
 
-    //! The elements of stage `stage`'s gradient span of n elements of T whose reduced values
-    //! this member holds after the reduction: with shard, its segment of every bucket; else all.
+    //! The elements of one of stage `stage`'s gradient spans (n elements of T; each span is
+    //! bucketed from its own start) whose reduced values this member holds after the reduction:
+    //! with shard, its segment of every bucket; else all of them.
     template <class T>
     std::vector<element_range> shard(int stage, std::size_t n) const
     {
