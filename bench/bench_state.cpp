@@ -1,9 +1,11 @@
 // Checkpoint write bandwidth (tpipe/state) against a plain write + fsync of the same bytes on
 // the same disk, the cost of the snapshot (the only part of a save that stops training), and
-// the shard checksum's speed (CRC-32C against format 1's FNV-1a).
+// the shard checksum's speed (CRC-32C against format 1's FNV-1a), and the exact sum of squares
+// of the gradient clip against a double fold.
 //   bench_state [--benchmark_...]        writes under $TPIPE_BENCH_DIR (default: the temp dir)
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include <tpipe/state/checkpoint_writer.hpp>
 #include <tpipe/state/durable_file.hpp>
+#include <tpipe/state/exact_square_sum.hpp>
 
 namespace {
 
@@ -94,10 +97,36 @@ void BM_checksum(benchmark::State& st)
     st.SetBytesProcessed(st.iterations() * static_cast<std::int64_t>(bytes.size()));
 }
 
+//! The gradient clip's sum of squares over 16 Mi floats: exact (tpipe::exact_square_sum, arg 1)
+//! against the double fold in eight lanes it replaced in the reference GPT (arg 0).
+void BM_square_sum(benchmark::State& st)
+{
+    std::vector<float> g(std::size_t{16} << 20);
+    std::uint32_t x = 12345;
+    for (auto& v : g) {  // gradients of varied magnitude and sign
+        x = x * 1664525u + 1013904223u;
+        v = static_cast<float>(static_cast<std::int32_t>(x)) * 1e-12f;
+    }
+    for (auto _ : st) {
+        if (st.range(0) == 1) {
+            tpipe::exact_square_sum<float> s;
+            s.add(g);
+            benchmark::DoNotOptimize(s.value());
+        } else {
+            double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (std::size_t i = 0; i + 8 <= g.size(); i += 8)
+                for (int k = 0; k < 8; ++k) acc[k] += double(g[i + k]) * double(g[i + k]);
+            benchmark::DoNotOptimize(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+        }
+    }
+    st.SetItemsProcessed(st.iterations() * static_cast<std::int64_t>(g.size()));
+}
+
 } // namespace
 
 BENCHMARK(BM_checkpoint_save)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_plain_write_fsync)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_snapshot)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_checksum)->Arg(1)->Arg(0)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_square_sum)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

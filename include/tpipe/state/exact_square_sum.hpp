@@ -16,8 +16,10 @@
 // a digit can overflow. value() adds the bins into one wide integer and rounds it to the nearest
 // double (ties to even) once. Infinities and NaNs are counted: value() is then +inf or NaN.
 //
-// Cost: one multiply and a few integer adds per element (about 1 ns), and the state is 4 KiB
-// for float, 80 KiB for double; value() walks it once.
+// Cost: one multiply and a few integer adds per element: 1.4 ns per float on the 2-core build
+// machine, 2.7x the double fold in eight lanes it replaced (bench/bench_state.cpp BM_square_sum;
+// about 80 ms a step for 57 M parameters, divided by D when sharded). The state is 4 KiB for
+// float, 80 KiB for double; value() walks it once.
 #include <algorithm>
 #include <array>
 #include <bit>
