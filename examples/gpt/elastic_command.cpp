@@ -22,8 +22,9 @@
 #include "gpt/frozen.hpp"
 
 #ifdef TPIPE_GPT_MPI
+#include <tpipe/comm/every_member.hpp>
+#include <tpipe/exec/sync_wait.hpp>
 #include <tpipe/mpi/elastic_driver.hpp>
-#include <tpipe/mpi/error.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
@@ -119,37 +120,23 @@ void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data
 }
 
 #ifdef TPIPE_GPT_MPI
-//! Process 0's unit times on every process (plans depend on them and must agree).
-gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads)
+//! Process 0's unit times on every process of `world` (plans depend on them and must agree).
+gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads, tpipe::mpi::communicator& world)
 {
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
     gpt::unit_seconds u;
     std::vector<double> flat(static_cast<std::size_t>(2 * (cfg.layers + 1)));
-    if (me == 0) {
+    if (world.rank() == 0) {
         u = gpt::measure_units(cfg, cfg.seq_len, threads);
         std::copy(u.forward.begin(), u.forward.end(), flat.begin());
         std::copy(u.backward.begin(), u.backward.end(), flat.begin() + cfg.layers + 1);
     }
-    tpipe::mpi::check(MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD), "MPI_Bcast (unit times)");
+    tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b) -> tpipe::task<void> { co_await c.broadcast(b, 0); }(
+        world, std::as_writable_bytes(std::span<double>(flat))));
     u.forward.assign(flat.begin(), flat.begin() + cfg.layers + 1);
     u.backward.assign(flat.begin() + cfg.layers + 1, flat.end());
     return u;
 }
 #endif
-
-//! Whether this process prints: process 0 of an MPI job, or the only one.
-bool first_process([[maybe_unused]] const std::string& transport)
-{
-#ifdef TPIPE_GPT_MPI
-    if (transport == "mpi") {
-        int me = 0;
-        tpipe::mpi::check(MPI_Comm_rank(MPI_COMM_WORLD, &me), "MPI_Comm_rank");
-        return me == 0;
-    }
-#endif
-    return true;
-}
 
 } // namespace
 
@@ -167,14 +154,19 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     elastic_result res;
     // SIGINT/SIGTERM: stop at the next step boundary. Over MPI the processes agree on it at every
     // step (a signal reaches them at different times, or only some of them).
+#ifdef TPIPE_GPT_MPI
+    std::optional<tpipe::mpi::communicator> world;  // the job's processes (--transport mpi)
+    if (c.transport == "mpi") world.emplace(tpipe::mpi::communicator::world());
+#endif
     const tpipe_examples::stop_request stop(true);
     int stop_signal = 0;
     o.stop = [&](std::int64_t) {
         stop_signal = stop.signal();
 #ifdef TPIPE_GPT_MPI
-        if (c.transport == "mpi")
-            tpipe::mpi::check(MPI_Allreduce(MPI_IN_PLACE, &stop_signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD),
-                              "MPI_Allreduce (stop signal)");
+        if (world) {  // the largest: any process's signal stops every process at this step
+            const auto all = tpipe::sync_wait(tpipe::every_member(*world, std::int32_t{stop_signal}));
+            stop_signal = *std::max_element(all.begin(), all.end());
+        }
 #endif
         return stop_signal != 0;
     };
@@ -222,19 +214,20 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         adamw<float> opt(p, o.opt);
         load_elastic_checkpoint(c.ckpt.resume, c.cfg, o.opt, p, opt);
         res.weights = p.value;
-        speaks = first_process(c.transport);
+#ifdef TPIPE_GPT_MPI
+        speaks = !world || world->rank() == 0;
+#endif
         if (speaks)
             std::cerr << "train_gpt: " << c.ckpt.resume << " has trained all " << o.steps
                       << " steps; nothing is left to train\n";
     } else if (c.transport == "mpi") {
 #ifdef TPIPE_GPT_MPI
-        int size = 0;
-        tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &size), "MPI_Comm_size");
+        const int size = world->size();
         if (o.devices != size)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
         // A resumed run plans with the saved run's unit times (every process reads the same file).
-        o.measured = saved ? saved->measured : shared_unit_times(c.cfg, per_process);
+        o.measured = saved ? saved->measured : shared_unit_times(c.cfg, per_process, *world);
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
         elastic_gpt* trained = nullptr;  // the driver's model (every process holds the whole model)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <tpipe/comm/every_member.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/flag_reader.hpp>
 #include <tpipe/exec/data_parallel.hpp>
@@ -248,15 +249,11 @@ public:
     }
 
 private:
-    //! Every process's `mine`, in process order (an all-gather: process p's segment is element p).
+    //! Every process's `mine`, in process order.
     template <class T>
     std::vector<T> every_process(T mine)
     {
-        std::vector<T> all(static_cast<std::size_t>(world_->size()), T{});
-        all[static_cast<std::size_t>(where.process)] = mine;
-        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<T> v) -> tpipe::task<void> { co_await c.all_gather(v); }(
-            *world_, std::span<T>(all)));
-        return all;
+        return tpipe::sync_wait(tpipe::every_member(*world_, mine));
     }
     //! Process 0's `values` on every process.
     template <class T>

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "tpipe/comm/every_member.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/elastic/cache.hpp"
 #include "tpipe/elastic/driver_loop.hpp"
@@ -200,22 +201,17 @@ private:
     static task<void> barrier(communicator& c) { co_await c.barrier(); }
     template <class T>
     static task<void> sum_all(communicator& c, std::span<T> v) { co_await c.all_reduce_sum(v); }
-    template <class T>
-    static task<void> gather(communicator& c, std::span<T> v) { co_await c.all_gather(v); }
     static task<void> sum_gradients(communicator& c, const gradient_view& g)
     {
         for (auto s : g.f32) co_await c.all_reduce_sum(s);
         for (auto s : g.f64) co_await c.all_reduce_sum(s);
     }
 
-    //! Every process's value, in process order (an all-gather: process p's segment is element p).
+    //! Every process's value, in process order.
     template <class T>
     std::vector<T> every_process_value(T mine)
     {
-        std::vector<T> all(static_cast<std::size_t>(world_.size()), T{});
-        all[static_cast<std::size_t>(me_)] = mine;
-        sync_wait(gather(world_, std::span<T>(all)));
-        return all;
+        return sync_wait(every_member(world_, mine));
     }
     bool every_process(bool ok)
     {
