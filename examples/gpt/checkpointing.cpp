@@ -40,39 +40,39 @@ void require_same(const value& saved, const value& mine, const std::vector<std::
 const std::vector<std::string> model_keys = {"model", "vocab",   "d_model",   "heads", "layers",
                                              "seq_len", "mlp_ratio", "tied", "ln_eps", "dtype"};
 
-//! A tensor's AdamW moments from its element `first` on (`m`, `v`: those elements of the
-//! optimizer's state) under their names: a sharded optimizer saves and reads pieces of tensors.
-void add_moments(tpipe::state::shard_snapshot& shard, const tensor_info& t, std::int64_t first, std::span<const float> m,
-                 std::span<const float> v)
+//! The state of one stage (or of the whole model) into `shard`: AdamW's moments of the pieces
+//! `opt` steps (pieces of tensors for a sharded optimizer; none of a frozen layer) under
+//! "adamw.m/NAME" and "adamw.v/NAME", and with `params` every parameter under "param/NAME". A
+//! tied copy is saved once, as the embedding.
+void add_state(tpipe::state::shard_snapshot& shard, const parameters<float>& p, adamw<float>& opt, bool params)
 {
-    shard.add<float>("adamw.m/" + t.name, t.shape, first, m);
-    shard.add<float>("adamw.v/" + t.name, t.shape, first, v);
+    if (params)
+        for (const auto& t : p.lay.tensors)
+            if (!t.tied_copy)
+                shard.add<float>("param/" + t.name, t.shape, 0,
+                                 std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                         static_cast<std::size_t>(t.size())));
+    const auto m = opt.first_moments(), v = opt.second_moments();
+    opt.each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+        if (t.tied_copy) return;
+        shard.add<float>("adamw.m/" + t.name, t.shape, first, std::span<const float>(m.subspan(at, n)));
+        shard.add<float>("adamw.v/" + t.name, t.shape, first, std::span<const float>(v.subspan(at, n)));
+    });
 }
 
-void read_moments(const tpipe::state::checkpoint_reader& in, const tensor_info& t, std::int64_t first, std::span<float> m,
-                  std::span<float> v)
+//! Reads what add_state saved, whatever stages, sharding or processes saved it: every parameter
+//! of `p` (a tied copy reads the embedding's ranges) and the moments of the pieces `opt` steps.
+void read_state(const tpipe::state::checkpoint_reader& in, parameters<float>& p, adamw<float>& opt)
 {
-    in.read<float>("adamw.m/" + t.name, first, m);
-    in.read<float>("adamw.v/" + t.name, first, v);
-}
-
-//! Calls f(t, first, count, at) for every piece of a tensor `opt` steps: `count` elements of
-//! tensor t from its element `first`, whose moments start at element `at` of the optimizer's
-//! state. Unsharded, the pieces are whole tensors; sharded (ZeRO-1), the parts of tensors in
-//! this replica's shard.
-template <class F>
-void each_owned_piece(const parameters<float>& p, const adamw<float>& opt, F f)
-{
-    std::size_t at = 0;
-    for (const auto& r : opt.owned()) {
-        for (const auto& t : p.lay.tensors) {
-            const auto b = std::max<std::int64_t>(t.offset, static_cast<std::int64_t>(r.begin));
-            const auto e = std::min<std::int64_t>(t.offset + t.size(), static_cast<std::int64_t>(r.begin + r.size));
-            if (e > b)
-                f(t, b - t.offset, static_cast<std::size_t>(e - b), at + static_cast<std::size_t>(b) - r.begin);
-        }
-        at += r.size;
-    }
+    for (const auto& t : p.lay.tensors)
+        in.read_tensor<float>("param/" + t.name, t.shape,
+                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
+                                                                static_cast<std::size_t>(t.size())));
+    const auto m = opt.first_moments(), v = opt.second_moments();
+    opt.each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
+        in.read<float>("adamw.m/" + t.name, first, m.subspan(at, n));
+        in.read<float>("adamw.v/" + t.name, first, v.subspan(at, n));
+    });
 }
 
 //! Elastic and non-elastic runs draw their samples differently: neither resumes the other.
@@ -161,16 +161,7 @@ void checkpointer::save(std::int64_t step, const std::vector<stage_states<float>
                 const auto& p = s->params(i);
                 auto& opt = s->opt(i);
                 if (opt.frozen() != 0) throw std::logic_error("checkpoint: a stage's optimizer has a frozen prefix");
-                if (d == 0)  // the parameters: replica 0's (every replica has the same)
-                    for (const auto& t : p.lay.tensors)
-                        if (!t.tied_copy)  // saved once, by the stage that holds the embedding
-                            shard.add<float>("param/" + t.name, t.shape, 0,
-                                             std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                                     static_cast<std::size_t>(t.size())));
-                const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-                each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-                    if (!t.tied_copy) add_moments(shard, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
-                });
+                add_state(shard, p, opt, d == 0);  // the parameters: replica 0's (every replica has the same)
             }
             mine.push_back(std::move(shard));
         }
@@ -194,14 +185,7 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
         auto& p = s.params(i);
         auto& opt = s.opt(i);
         if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_checkpoint: the optimizer must be fresh");
-        for (const auto& t : p.lay.tensors)  // a tied copy reads the embedding's ranges ("wte")
-            in.read_tensor<float>("param/" + t.name, t.shape,
-                                  std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                    static_cast<std::size_t>(t.size())));
-        const auto m_all = opt.first_moments(), v_all = opt.second_moments();
-        each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-            read_moments(in, t, first, m_all.subspan(at, n), v_all.subspan(at, n));  // whatever sharding saved them
-        });
+        read_state(in, p, opt);
         opt.step_count() = step_count;
     }
     training_position pos;
@@ -254,15 +238,7 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::replan_record& p
     m.shape = object{{"elastic", true}, {"stages", plan.stages}, {"replicas", plan.replicas}};
     tpipe::state::shard_snapshot shard("rank-0.bin");
     shard.reserve(static_cast<std::size_t>(p.size() + 2 * (p.size() - opt.frozen())) * sizeof(float));
-    for (const auto& t : p.lay.tensors)
-        if (!t.tied_copy)  // saved once, as the embedding
-            shard.add<float>("param/" + t.name, t.shape, 0,
-                             std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                     static_cast<std::size_t>(t.size())));
-    const auto m_all = opt.first_moments(), v_all = opt.second_moments();  // the active layers' only
-    each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-        if (!t.tied_copy) add_moments(shard, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
-    });
+    add_state(shard, p, opt, true);  // the moments of the active layers only
     std::vector<tpipe::state::shard_snapshot> mine;
     mine.push_back(std::move(shard));
     out_->begin(std::move(m), std::move(mine));
@@ -320,14 +296,7 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its optimizer's frozen range ends at " +
                                       std::to_string(saved_frozen) + " parameters, but " + std::to_string(frozen) +
                                       " frozen layers end at " + std::to_string(opt.frozen()));
-    for (const auto& t : p.lay.tensors)  // a tied copy reads the embedding's ranges ("wte")
-        in.read_tensor<float>("param/" + t.name, t.shape,
-                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                static_cast<std::size_t>(t.size())));
-    const auto m_all = opt.first_moments(), v_all = opt.second_moments();  // the active layers' only
-    each_owned_piece(p, opt, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-        read_moments(in, t, first, m_all.subspan(at, n), v_all.subspan(at, n));
-    });
+    read_state(in, p, opt);
     opt.step_count() = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
     return at;
 }

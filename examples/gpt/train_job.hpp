@@ -94,6 +94,20 @@ struct replica {
             state->opt(s).shard(std::move(owned));
         }
     }
+    //! The optimizer step of the stages here, once the gradients are reduced over the replicas:
+    //! the tied copies' gradients summed (`over_pipeline`: over the pipeline's processes under
+    //! MPI), the norm's exact squares summed (`over_all`: over the pipeline's processes, and the
+    //! replicas when each holds a shard), every stage stepped with that norm.
+    template <class Pipeline, class All>
+    tpipe::task<void> step_stages(Pipeline over_pipeline, All over_all)
+    {
+        std::vector<float> tied = state->tied_share();
+        co_await over_pipeline(std::span<float>(tied));
+        state->set_tied(tied);  // before the squares: the embedding's count e + h
+        auto squares = state->squares();
+        co_await over_all(squares.digits());
+        state->step(squares);
+    }
     //! --shard-optimizer's step, after the run reduce-scattered the gradients; every replica runs
     //! it together. The tied embedding's and head's gradients are all-gathered whole (the tied
     //! sum needs both; all of them with `whole_gradients`, for --check), the norm is summed over
@@ -115,12 +129,7 @@ struct replica {
                     co_await dp.all_gather(s, std::span<float>(st.params(s).grad).subspan(spans[k].begin, spans[k].size));
             }
         }
-        std::vector<float> tied = st.tied_share();
-        co_await over_pipeline(std::span<float>(tied));
-        st.set_tied(tied);
-        auto squares = st.squares();
-        co_await over_all(squares.digits());
-        st.step(squares);
+        co_await step_stages(over_pipeline, over_all);
         for (int s = 0; s < st.stages(); ++s)
             if (st.holds(s))
                 for (const auto g : model->part_at(s).gradient_ranges())
@@ -159,8 +168,8 @@ public:
         where.replica = where.process / P_;
         where.rank = where.process % P_;
         transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
-        replicas_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.rank, where.replica));
-        pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world().split(where.replica, where.rank));
+        replicas_ = std::make_unique<tpipe::mpi::communicator>(world_->split(where.rank, where.replica));
+        pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(world_->split(where.replica, where.rank));
     }
 
     //! The largest of every process's `mine`: with a stop signal's number (0: none), every process
@@ -233,19 +242,12 @@ public:
                 co_await over_pipeline(v);
             };
             tpipe::sync_wait(r.sharded_step(*dp_, pipeline, all, whole_gradients));
-        } else {
-            sync_and_step(r);
+        } else {  // every replica holds the reduced gradients: the sums run over the pipeline only
+            auto pipeline = [this](auto v) { return over_pipeline(v); };
+            tpipe::sync_wait(r.step_stages(pipeline, pipeline));
         }
-        // Replica by replica in index order (a replica's loss is its last rank's: the others add
-        // zeros), as train() adds the replicas' losses on threads: the same bits.
-        const auto all = every_process(mine);
-        double loss = 0;
-        for (int d = 0; d < D_; ++d) {
-            double replica_loss = 0;
-            for (int r = 0; r < P_; ++r) replica_loss += all[static_cast<std::size_t>(d * P_ + r)];
-            loss += replica_loss / D_;
-        }
-        return loss;
+        // Added as train() adds the replicas' losses on threads: the same bits.
+        return tpipe::sync_wait(tpipe::replica_mean(*world_, mine, P_, D_));
     }
 
 private:
@@ -261,17 +263,6 @@ private:
     {
         tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b) -> tpipe::task<void> { co_await c.broadcast(b, 0); }(
             *world_, std::as_writable_bytes(values)));
-    }
-
-    //! The replicated optimizer's step: tied gradients and the norm summed over the pipeline.
-    void sync_and_step(replica& r)
-    {
-        std::vector<float> tied = r.state->tied_share();
-        tpipe::sync_wait(over_pipeline(std::span<float>(tied)));
-        r.state->set_tied(tied);  // before the squares: the embedding's count e + h
-        auto squares = r.state->squares();
-        tpipe::sync_wait(over_pipeline(squares.digits()));
-        r.state->step(squares);
     }
 
 public:

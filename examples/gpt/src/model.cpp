@@ -787,13 +787,9 @@ void adamw<T>::squares_into(const parameters<T>& p, square_sum& out) const
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
     // leaving them out changes nothing. A tied copy is counted once, by the embedding's holder.
     out.clear();
-    for (const auto& r : owned_)  // [frozen_, size) when not sharded
-        for (const auto& t : p.lay.tensors) {
-            const auto b = std::max<std::int64_t>(t.offset, static_cast<std::int64_t>(r.begin));
-            const auto e = std::min<std::int64_t>(t.offset + t.size(), static_cast<std::int64_t>(r.begin + r.size));
-            if (!t.tied_copy && e > b)
-                out.add(std::span<const T>(p.grad.data() + b, static_cast<std::size_t>(e - b)));
-        }
+    each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t count, std::size_t) {
+        if (!t.tied_copy) out.add(std::span<const T>(p.grad.data() + t.offset + first, count));
+    });
 }
 
 template <class T>

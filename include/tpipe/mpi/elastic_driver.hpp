@@ -161,16 +161,8 @@ public:
                 sync_wait(sum_gradients(*pipeline_, g));
             }
         }
-        // The mean loss: replica by replica in index order (a replica's is its ranks' sum, all but
-        // one adding zeros), as the thread driver adds it.
-        const auto all = every_process_value(mine);
-        double loss = 0;
-        const int K = shape_.stages, D = shape_.replicas;
-        for (int d = 0; d < D; ++d) {
-            double replica_loss = 0;
-            for (int r = 0; r < K; ++r) replica_loss += all[static_cast<std::size_t>(d * K + r)];
-            loss += replica_loss / D;
-        }
+        // The mean loss over the plan's replicas, added as the thread driver adds it.
+        const double loss = sync_wait(replica_mean(world_, mine, shape_.stages, shape_.replicas));
         if (active_) model_->optimizer_step();
         return loss;
     }

@@ -12,6 +12,7 @@
 //
 // Loss = mean over all B*L tokens of the batch, computed as a sum of per-unit partial sums each
 // divided by B*L, so any slicing gives the same loss and gradients.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -243,6 +244,23 @@ public:
     void shard(std::vector<tpipe::element_range> owned);
     //! The elements this optimizer steps, in order: its moments are theirs, concatenated.
     const std::vector<tpipe::element_range>& owned() const { return owned_; }
+    //! Calls f(t, first, count, at) for every piece of a tensor of `p` this optimizer steps:
+    //! `count` elements of tensor t from its element `first`, whose moments start at element `at`
+    //! of its state. Unsharded, the pieces are whole (active) tensors; sharded, the parts of
+    //! tensors in this replica's shard.
+    template <class F>
+    void each_piece(const parameters<T>& p, F&& f) const
+    {
+        std::size_t at = 0;
+        for (const auto& r : owned_) {
+            for (const auto& t : p.lay.tensors) {
+                const auto b = std::max<std::int64_t>(t.offset, static_cast<std::int64_t>(r.begin));
+                const auto e = std::min<std::int64_t>(t.offset + t.size(), static_cast<std::int64_t>(r.begin + r.size));
+                if (e > b) f(t, b - t.offset, static_cast<std::size_t>(e - b), at + static_cast<std::size_t>(b) - r.begin);
+            }
+            at += r.size;
+        }
+    }
     //! The state of the active parameters owned() (unsharded: [frozen(), size)): first and second
     //! moments, one value per parameter each, and the step count (what a new replica receives).
     std::span<T> first_moments()
