@@ -25,6 +25,14 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                    --stages 2 --schedule zb-v)
   set_tests_properties(libtorch_gpt_zbv_stages PROPERTIES TIMEOUT 120
                        PASS_REGULAR_EXPRESSION "program has 4 stages \\(2 on each of its 2 ranks\\) but the pipeline has 2; cut the model into 4 stages")
+  # Elastic (PipeTransformer) through tpipe's elastic driver: two modules freeze, the pipeline
+  # shortens to one stage and the freed device becomes a replica; against plain libtorch with the
+  # same freezing and replica split (losses and weights within 1e-5).
+  set(libtorch_elastic --elastic --layers 2 --d-model 32 --heads 2 --seq-len 16 --steps 6 --freeze-every 2 --alpha 1/2
+                       --check --json)
+  add_test(NAME libtorch_gpt_elastic COMMAND train_libtorch_gpt ${libtorch_elastic} --batch 4)
+  set_tests_properties(libtorch_gpt_elastic PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
+                       "\"final_frozen\":3,\"final_stages\":1,\"final_replicas\":2,.*\"replicas_identical\":true,\"replans_kept_weights\":true.*\"check_ok\":true")
   add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
   set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
 
@@ -44,6 +52,12 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
                      --stages 2 --schedule zb-h1 --slicer grid:2:8,8 --check --json)
     set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+    # --elastic over MPI (tpipe::mpi::elastic_driver): 3 processes, ending as 3 replicas of 1 stage.
+    add_test(NAME libtorch_gpt_elastic_mpi
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>
+                     --transport mpi --threads 1 --devices 3 ${libtorch_elastic} --batch 6)
+    set_tests_properties(libtorch_gpt_elastic_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
+                         "\"final_frozen\":3,\"final_stages\":1,\"final_replicas\":3,.*\"replicas_identical\":true,\"replans_kept_weights\":true.*\"check_ok\":true")
     # docs/libtorch.md's walk-through (tied head, ZB-H1): on two threads of one process (started
     # without mpirun) and on two processes, each against the plain loop.
     add_test(NAME libtorch_user_model_threads COMMAND libtorch_user_model --check)

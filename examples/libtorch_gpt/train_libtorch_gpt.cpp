@@ -2,10 +2,12 @@
 //
 //   train_libtorch_gpt --stages 2 --schedule zb-h1 --slicer grid:2:32,32 --steps 20 --check
 //   mpirun -np 2 train_libtorch_gpt --transport mpi --stages 2 --check
+//   train_libtorch_gpt --elastic --devices 2 --epochs 3 --check      (PipeTransformer)
 //
 // Exit status: 0 ok, 1 failure, 2 bad flags, 3 --check found a difference from plain libtorch.
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <exception>
 #include <iostream>
 #include <limits>
@@ -62,11 +64,26 @@ const char* usage_text =
     "  --keep K          --save: keep the newest K checkpoints (default 0: all)\n"
     "  --resume DIR      continue from a checkpoint (DIR: one, or a --save directory: its newest) up to --steps;\n"
     "                    --stages, --schedule, --slicer and --transport may differ from the saving run\n"
+    "  --elastic         elastic pipelining (PipeTransformer, tpipe's elastic driver): start as one --devices-stage\n"
+    "                    pipeline; as modules freeze (embeddings, blocks; never the head) the pipeline shortens\n"
+    "                    and freed devices become data-parallel replicas; the frozen prefix's outputs are cached.\n"
+    "                    One line per re-plan. --check: against plain libtorch with the same freezing and\n"
+    "                    replica split at the same steps\n"
+    "  --devices N       --elastic: devices (loop threads, or MPI processes: mpirun -np N) (default 2)\n"
+    "  --alpha A         --elastic: freeze degree of the progressive policy (default 1/3)\n"
+    "  --freeze-every S  --elastic: steps per freeze interval (default: one epoch of the text's windows)\n"
+    "  --epochs E        --elastic: epochs to train when --steps is not given (default 3)\n"
+    "  --max-frozen F    --elastic: most modules that may freeze (default: all but the head; 0: the baseline)\n"
+    "  --cache-mb M      --elastic: AutoCache's host-memory budget, beyond it entries spill to disk (default 256)\n"
+    "  --no-autopipe, --no-autodp, --no-autocache   --elastic ablations\n"
     "  --json            one JSON summary line\n";
 
 struct flags {
     libtorch_gpt::options o;
     bool check = false, json = false;
+    bool elastic = false, steps_given = false;
+    tpipe::elastic::driver_options el;  // --elastic (steps set from --steps or --epochs)
+    int epochs = 3;
     std::optional<bool> mpi_progress;
     double check_tol = 1e-5;
 };
@@ -107,7 +124,31 @@ flags parse(int argc, char** argv)
     f.o.save_every = r.number("--save-every", f.o.save_every, 1, most);
     f.o.keep = r.number("--keep", f.o.keep, 1, most);
     f.o.resume = r.text("--resume", f.o.resume);
+    f.elastic = r.flag("--elastic");
+    f.steps_given = r.given("--steps");
+    f.el.devices = r.number("--devices", f.el.devices, 1, most);
+    if (auto a = r.value("--alpha")) f.el.alpha = tpipe_examples::to_fraction("--alpha", *a);
+    f.el.freeze_every = r.number<std::int64_t>("--freeze-every", f.el.freeze_every, 1);
+    f.epochs = r.number("--epochs", f.epochs, 1, most);
+    f.el.max_frozen = r.number("--max-frozen", f.el.max_frozen, 0, most);
+    f.el.cache_bytes = static_cast<std::size_t>(r.number<std::int64_t>("--cache-mb", 256, 0, std::int64_t{1} << 30)) << 20;
+    f.el.autopipe = !r.flag("--no-autopipe");
+    f.el.autodp = !r.flag("--no-autodp");
+    f.el.autocache = !r.flag("--no-autocache");
     r.finish();
+    r.applies_only({"--devices", "--alpha", "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
+                    "--no-autodp", "--no-autocache"},
+                   f.elastic, "applies with --elastic");
+    // The elastic driver plans its own pipelines: nothing given may be ignored silently.
+    r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog", "--check-slicing", "--save", "--save-every",
+                    "--keep", "--resume"},
+                   !f.elastic,
+                   "does not apply with --elastic (it plans its pipelines and slices itself: --devices sets how many "
+                   "devices; no checkpoints yet)");
+    if (f.elastic && f.o.transport == "none")
+        throw usage_error("--elastic runs over --transport threads or mpi (a pipeline to shorten), not none");
+    if (f.elastic && r.given("--epochs") && f.steps_given)
+        throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
     // The same rules as train_gpt's: nothing given is silently ignored.
     r.applies_only({"--check-tol"}, f.check, "applies with --check");
     r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog"}, f.o.transport != "none",
@@ -121,7 +162,7 @@ flags parse(int argc, char** argv)
     r.applies_only({"--save", "--resume"}, !f.check, "does not go with --check (its plain run starts from step 1)");
     r.applies_only({"--save"}, !f.o.save.empty(), "needs a directory, got an empty name");
     r.applies_only({"--resume"}, !f.o.resume.empty(), "needs a directory, got an empty name");
-    if (f.o.transport != "none" && f.o.stages > f.o.layers)
+    if (!f.elastic && f.o.transport != "none" && f.o.stages > f.o.layers)
         throw usage_error("--stages " + std::to_string(f.o.stages) + " for " + std::to_string(f.o.layers) +
                           " layers: every stage needs at least one layer (raise --layers)");
     if (r.given("--threads")) tpipe_examples::check_threads(f.o.threads, 1);
@@ -138,12 +179,91 @@ flags parse(int argc, char** argv)
     fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--schedule", f.o.schedule);
     fp.add("--slicer", f.o.slicer).add("--check", f.check).add("--check-tol", f.check_tol);
     fp.add("--save", f.o.save).add("--save-every", f.o.save_every).add("--keep", f.o.keep).add("--resume", f.o.resume);
+    fp.add("--elastic", f.elastic).add("--devices", f.el.devices).add("--alpha", f.el.alpha);
+    fp.add("--freeze-every", f.el.freeze_every).add("--epochs", f.epochs).add("--max-frozen", f.el.max_frozen);
+    fp.add("--cache-mb", static_cast<std::int64_t>(f.el.cache_bytes >> 20)).add("--no-autopipe", !f.el.autopipe);
+    fp.add("--no-autodp", !f.el.autodp).add("--no-autocache", !f.el.autocache);
     fp.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");
     return fp;
 }
 
+std::string cuts_text(const std::vector<int>& cuts)
+{
+    std::string s = "[";
+    for (std::size_t i = 0; i < cuts.size(); ++i) s += (i ? ", " : "") + std::to_string(cuts[i]);
+    return s + "]";
+}
+
+//! --elastic: one line per interval, then the run's rate and, with --check, the plain libtorch
+//! run with the same freezing and replica split.
+int run_elastic(const flags& f)
+{
+    tpipe::elastic::driver_options d = f.el;
+    const std::int64_t samples = libtorch_gpt::elastic_samples(f.o), per_epoch = samples / f.o.batch;
+    d.steps = f.steps_given ? f.o.steps : f.epochs * per_epoch;
+    const int modules = static_cast<int>(f.o.layers) + 2;
+    auto print = [&](const tpipe::elastic::interval_report& r) {
+        if (f.json) return;
+        if (r.plan.epoch == 0)
+            std::printf("elastic: %lld layers (%d modules: embeddings, blocks, head), d_model %lld, %lld samples (%lld "
+                        "steps of %d per epoch), %lld steps, %d device(s) over %s, alpha %g\n",
+                        static_cast<long long>(f.o.layers), modules, static_cast<long long>(f.o.d_model),
+                        static_cast<long long>(samples), static_cast<long long>(per_epoch), f.o.batch,
+                        static_cast<long long>(d.steps), d.devices, f.o.transport.c_str(), d.alpha);
+        std::printf("interval %d (steps %lld-%lld): frozen %d/%d modules, %d stage(s) x %d replica(s), %d "
+                    "microbatch(es), module cuts %s; %.0f samples/s (predicted %.0f), loss %.4f, re-plan %.0f ms",
+                    r.plan.epoch, static_cast<long long>(r.first_step + 1), static_cast<long long>(r.first_step + r.steps),
+                    r.plan.frozen, modules, r.plan.stages, r.plan.replicas, r.plan.microbatches,
+                    cuts_text(r.stage_cuts).c_str(), r.plan.measured_throughput.value_or(0), r.plan.predicted_throughput,
+                    r.mean_loss, r.replan_seconds * 1e3);
+        if (r.plan.frozen > 0)
+            std::printf("; frozen rows: %lld computed, %lld extended, %lld cached", static_cast<long long>(r.rows_computed),
+                        static_cast<long long>(r.rows_extended), static_cast<long long>(r.rows_cached));
+        std::printf("\n");
+        std::fflush(stdout);
+    };
+    const libtorch_gpt::elastic_result r = libtorch_gpt::train_elastic(f.o, d, print);
+    double trained = 0;
+    for (const auto& i : r.intervals) trained += static_cast<double>(i.steps * f.o.batch);
+    const double per_s = r.seconds > 0 ? trained / r.seconds : 0;
+    bool ok = r.replicas_identical && r.replans_kept_weights;
+    double loss_rel = 0, weights_rel = 0;
+    if (f.check) {
+        std::vector<double> losses, ref_losses;
+        for (const auto& i : r.intervals) losses.push_back(i.mean_loss);
+        const auto ref = libtorch_gpt::frozen_reference(f.o, r.intervals, ref_losses);
+        loss_rel = libtorch_gpt::relative_difference(losses, ref_losses);
+        weights_rel = libtorch_gpt::relative_difference(r.weights, ref);
+        ok = ok && loss_rel <= f.check_tol && weights_rel <= f.check_tol;
+    }
+    if (!r.speaks) return ok ? 0 : 3;
+    if (f.json) {
+        std::printf("{\"elastic\":true,\"transport\":\"%s\",\"devices\":%d,\"steps\":%lld,\"intervals\":%zu,"
+                    "\"final_frozen\":%d,\"final_stages\":%d,\"final_replicas\":%d,\"last_loss\":%.6f,"
+                    "\"samples_per_s\":%.2f,\"seconds\":%.3f,\"replicas_identical\":%s,\"replans_kept_weights\":%s,"
+                    "\"weights_fnv\":\"%s\"",
+                    f.o.transport.c_str(), d.devices, static_cast<long long>(d.steps), r.intervals.size(),
+                    r.intervals.back().plan.frozen, r.intervals.back().plan.stages, r.intervals.back().plan.replicas,
+                    r.intervals.back().mean_loss, per_s, r.seconds, r.replicas_identical ? "true" : "false",
+                    r.replans_kept_weights ? "true" : "false", r.weights_fnv.c_str());
+        if (f.check) std::printf(",\"check_loss_rel\":%.3g,\"check_weights_rel\":%.3g,\"check_ok\":%s", loss_rel,
+                                 weights_rel, ok ? "true" : "false");
+        std::printf("}\n");
+        return ok ? 0 : 3;
+    }
+    std::printf("elastic run: %.1f samples/s over %.2f s; weights %s%s%s\n", per_s, r.seconds, r.weights_fnv.c_str(),
+                r.replicas_identical ? ", replicas identical" : ", replicas DIFFER",
+                r.replans_kept_weights ? ", re-plans kept the weights" : ", a re-plan CHANGED the weights");
+    if (f.check)
+        std::printf("check against plain libtorch with the same freezing and replica split: interval losses %.3g, final "
+                    "weights %.3g relative difference (tolerance %.3g): %s\n",
+                    loss_rel, weights_rel, f.check_tol, ok ? "MATCH" : "MISMATCH");
+    return ok ? 0 : 3;
+}
+
 int run(const flags& f)
 {
+    if (f.elastic) return run_elastic(f);
     libtorch_gpt::options o = f.o;
     o.keep_weights = f.check;  // without --check only their checksum: no process gathers the whole model
     const libtorch_gpt::result r = libtorch_gpt::train(o);

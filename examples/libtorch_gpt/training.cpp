@@ -33,11 +33,20 @@
 #include <tpipe/mpi/transport.hpp>
 #endif
 
+#include "corpus.hpp"
 #include "gpt.hpp"
+#include "parts.hpp"
 
 namespace libtorch_gpt {
 
 namespace F = torch::nn::functional;
+
+std::string checksum_of(const std::vector<double>& weights)
+{
+    tpipe::state::checksum sum;
+    sum.update(std::as_bytes(std::span<const double>(weights)));
+    return tpipe::state::checksum::to_hex(sum.value());
+}
 
 double relative_difference(const std::vector<double>& a, const std::vector<double>& b)
 {
@@ -51,57 +60,6 @@ double relative_difference(const std::vector<double>& a, const std::vector<doubl
 }
 
 namespace {
-
-//! Random windows of the text: inputs and next-token targets, [batch, seq_len] int64 each.
-class corpus {
-public:
-    corpus(const std::string& path, std::uint64_t seed) : rng_(seed)
-    {
-        text_ = tpipe::read_file(path, "data file", std::uintmax_t{4} << 30);  // a regular file, bounded
-    }
-    std::pair<torch::Tensor, torch::Tensor> batch(int rows, std::int64_t seq_len)
-    {
-        if (static_cast<std::int64_t>(text_.size()) <= seq_len)
-            throw std::runtime_error("the data file has " + std::to_string(text_.size()) + " bytes; --seq-len " +
-                                     std::to_string(seq_len) + " needs more");
-        auto window = torch::empty({rows, seq_len + 1}, torch::kLong);
-        auto w = window.accessor<std::int64_t, 2>();
-        std::uniform_int_distribution<std::size_t> start(0, text_.size() - static_cast<std::size_t>(seq_len) - 1);
-        for (int r = 0; r < rows; ++r) {
-            const std::size_t s = start(rng_);
-            for (std::int64_t t = 0; t <= seq_len; ++t) w[r][t] = static_cast<unsigned char>(text_[s + t]);
-        }
-        return {window.slice(1, 0, seq_len).contiguous(), window.slice(1, 1, seq_len + 1).contiguous()};
-    }
-
-    //! Where the sampler is (its generator's state as text), for a checkpoint; seek() returns there.
-    std::string position() const
-    {
-        std::ostringstream o;
-        o << rng_;
-        return o.str();
-    }
-    void seek(const std::string& position)
-    {
-        std::istringstream i(position);
-        i >> rng_;
-        if (!i) throw tpipe::state::corrupt_checkpoint("the checkpoint's data sampler position is not a generator state");
-    }
-
-private:
-    std::string text_;
-    std::mt19937_64 rng_;
-};
-
-std::vector<double> flatten(const torch::nn::Module& m)
-{
-    std::vector<double> out;
-    for (const auto& p : m.parameters()) {
-        auto d = p.detach().to(torch::kDouble).contiguous();
-        out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-    }
-    return out;
-}
 
 //! Module cuts: the embeddings on the first stage, the head on the last, blocks spread evenly.
 std::vector<std::size_t> even_cuts(std::int64_t layers, int stages)
@@ -191,12 +149,8 @@ struct trainer {
     corpus data;
 
     explicit trainer(const options& o, const std::function<bool(std::size_t)>& builds = {})
-        : cfg{.vocab = 256, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .layers = o.layers},
-          data(o.data, o.seed)
+        : cfg(config_of(o)), data(o.data, o.seed)
     {
-        if (o.d_model % o.heads != 0)
-            throw tpipe::invalid_argument("--heads " + std::to_string(o.heads) + " must divide --d-model " +
-                                          std::to_string(o.d_model));
         if (o.threads > 0) torch::set_num_threads(o.threads);
         model = make_gpt(cfg, o.seed, builds);
         optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(o.lr));
@@ -317,13 +271,6 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if constexpr (!local) r.speaks = over->process() == 0;
     return r;
-}
-
-std::string checksum_of(const std::vector<double>& weights)
-{
-    tpipe::state::checksum sum;
-    sum.update(std::as_bytes(std::span<const double>(weights)));
-    return tpipe::state::checksum::to_hex(sum.value());
 }
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI

@@ -3,8 +3,11 @@
 // processes. This interface has no libtorch type in it, so that the flag parsing of
 // train_libtorch_gpt.cpp and the tests compile without libtorch's headers.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include <tpipe/elastic/driver_options.hpp>
 
 namespace libtorch_gpt {
 
@@ -46,6 +49,34 @@ struct result {
 //! Trains `o.steps` steps from the same initialisation and data for every transport. Throws
 //! std::exception (tpipe::error for bad pipeline settings) on failure.
 result train(const options& o);
+
+//! --elastic: the PipeTransformer way, by tpipe's elastic drivers (threads: thread_driver, one
+//! loop per device; mpi: mpi::elastic_driver, one process per device) over the model as a
+//! tpipe::libtorch::freezable_sequential (units: the embeddings, each block, the head). `d`
+//! gives devices, steps and the AutoFreeze/AutoPipe/AutoDP/AutoCache settings; batch, seq_len,
+//! seed and the unit times (measured on process 0) are filled in from `o`. `on_interval` sees
+//! each interval (on the process that speaks).
+struct elastic_result : tpipe::elastic::run_report {
+    std::int64_t samples = 0;     //!< windows of the text: the sampler's epoch
+    std::vector<double> weights;  //!< every parameter after the run, in model order
+    std::string weights_fnv;
+    bool speaks = true;
+};
+elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
+                             const std::function<void(const tpipe::elastic::interval_report&)>& on_interval);
+
+//! Windows of the text of `o.data` (the samples of an --elastic epoch for `o.batch`).
+std::int64_t elastic_samples(const options& o);
+
+//! Plain libtorch with the elastic run's freezing and replica split at the same steps: each
+//! interval's frozen modules train no more, each step adds the mean-loss gradients of the
+//! replicas' sample shares divided by their count, then AdamW steps. Returns the final weights
+//! and, in `interval_losses`, each interval's mean loss.
+std::vector<double> frozen_reference(const options& o, const std::vector<tpipe::elastic::interval_report>& intervals,
+                                     std::vector<double>& interval_losses);
+
+//! The weights' checksum (tpipe::state::checksum of their bytes, hex), printed by every run.
+std::string checksum_of(const std::vector<double>& weights);
 
 //! ||a - b|| / ||b||
 double relative_difference(const std::vector<double>& a, const std::vector<double>& b);

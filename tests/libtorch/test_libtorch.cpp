@@ -1,5 +1,6 @@
 // The libtorch adapter: the example GPT trained pipelined equals plain libtorch; refusals at the
-// stage boundary and in the payload header; gradients() all-reduced by tpipe::data_parallel.
+// stage boundary and in the payload header; gradients() all-reduced by tpipe::data_parallel;
+// freezable_sequential (a second model besides the GPT) trained by the elastic thread driver.
 #include <exception>
 #include <string>
 #include <thread>
@@ -11,6 +12,8 @@
 
 #include <tpipe/adapters/libtorch.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
+#include <tpipe/elastic/sampler.hpp>
+#include <tpipe/elastic/thread_driver.hpp>
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -103,7 +106,7 @@ TEST_CASE("a stage whose input does not fit what the stage before produced is re
 TEST_CASE("cut refuses cuts that do not cover the Sequential", "[libtorch]")
 {
     torch::nn::Sequential model(torch::nn::Linear(4, 4), torch::nn::Linear(4, 4));
-    CHECK_THROWS_WITH(tpipe::libtorch::cut(model, {0, 1}), Catch::Contains("rise strictly from 0 to the Sequential's 2"));
+    CHECK_THROWS_WITH(tpipe::libtorch::cut(model, {0, 1}), Catch::Contains("rise strictly to the Sequential's 2"));
     CHECK_THROWS_AS(tpipe::libtorch::cut(model, {0, 1, 1, 2}), tpipe::invalid_argument);
 }
 
@@ -189,4 +192,102 @@ TEST_CASE("gradients() lets data_parallel average the module's gradients over re
             CHECK(torch::allclose(ps[i].grad(), expected[i], 1e-5, 1e-6));
         }
     }
+}
+
+namespace {
+
+// A second model of freezable_sequential besides the GPT: an MLP regressing 2 outputs of 3
+// inputs, its 5 modules the units.
+struct mlp_data {
+    torch::Tensor x = torch::linspace(-1, 1, 48).reshape({16, 3});
+    torch::Tensor y = torch::stack({x.sum(1).sin(), (x * x).sum(1)}, 1);
+};
+
+tpipe::libtorch::freezable_sequential::parts mlp_parts(const mlp_data& data)
+{
+    torch::manual_seed(3);
+    return {.model = torch::nn::Sequential(torch::nn::Linear(3, 8), torch::nn::Tanh(), torch::nn::Linear(8, 8),
+                                           torch::nn::Tanh(), torch::nn::Linear(8, 2)),
+            .adamw = torch::optim::AdamWOptions(0.05),
+            .samples = [&data](std::span<const std::int64_t> ids) {
+                const auto at = torch::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()));
+                return std::pair{data.x.index_select(0, at), data.y.index_select(0, at)};
+            },
+            .loss = [](const torch::Tensor& out, const torch::Tensor& t) { return (out - t).pow(2).sum(); },
+            .unit_costs = std::vector<double>(5, 1.0)};
+}
+
+} // namespace
+
+TEST_CASE("freezable_sequential: an MLP trained by the elastic thread driver equals plain libtorch with the same "
+          "freezing and replica split",
+          "[libtorch][elastic]")
+{
+    const mlp_data data;
+    tpipe::elastic::driver_options o;
+    o.devices = 2;
+    o.batch = 4;
+    o.steps = 9;
+    o.freeze_every = 3;
+    o.threads = 2;
+    o.measured = {std::vector<double>(5, 1.0), std::vector<double>(5, 2.0)};
+    o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 2 : 4; };
+    tpipe::elastic::thread_driver<tpipe::libtorch::freezable_sequential> driver(
+        [&] { return std::make_unique<tpipe::libtorch::freezable_sequential>(mlp_parts(data)); }, 16, o);
+    const auto report = driver.run();
+    REQUIRE(report.intervals.size() == 3);
+    CHECK(report.intervals.back().plan.frozen == 4);
+    CHECK(report.intervals.back().plan.replicas == 2);  // the freed device became a replica
+    CHECK(report.replicas_identical);
+    CHECK(report.replans_kept_weights);
+
+    // Plain libtorch: the same freezing, each step the mean of the replicas' mean-loss gradients.
+    auto p = mlp_parts(data);
+    torch::optim::AdamW opt(p.model->parameters(), p.adamw);
+    tpipe::elastic::epoch_sampler sampler({.samples = 16, .batch = 4, .seed = o.seed});
+    std::size_t frozen = 0;
+    for (const auto& r : report.intervals) {
+        for (; frozen < static_cast<std::size_t>(r.plan.frozen); ++frozen)
+            for (auto& w : p.model->ptr(frozen)->parameters()) {
+                w.requires_grad_(false);
+                w.mutable_grad() = torch::Tensor();
+            }
+        for (std::int64_t step = r.first_step; step < r.first_step + r.steps; ++step) {
+            opt.zero_grad();
+            for (int d = 0; d < r.plan.replicas; ++d) {
+                const auto ids = sampler.shard(step, d, r.plan.replicas);
+                auto [x, t] = p.samples(ids);
+                (p.loss(p.model->forward(x), t) / static_cast<double>(t.numel() * r.plan.replicas)).backward();
+            }
+            opt.step();
+        }
+    }
+    auto flat = [](const torch::nn::Sequential& m) {
+        std::vector<torch::Tensor> v;
+        for (const auto& w : m->parameters()) v.push_back(w.detach().reshape({-1}));
+        return torch::cat(v);
+    };
+    const auto got = flat(driver.replica(0).model()), want = flat(p.model);
+    CHECK((got - want).norm().item<double>() <= 1e-5 * want.norm().item<double>());
+    CHECK(!torch::equal(want, flat(mlp_parts(data).model)));  // it trained
+}
+
+TEST_CASE("freezable_sequential refuses a tensor shared by two modules, unit costs that are not one per module, and "
+          "a freeze that would thaw",
+          "[libtorch][elastic]")
+{
+    const mlp_data data;
+    auto tied = mlp_parts(data);
+    torch::nn::Linear shared(2, 2);
+    tied.model = torch::nn::Sequential(shared, shared);
+    tied.unit_costs = {1, 1};
+    CHECK_THROWS_WITH(tpipe::libtorch::freezable_sequential(tied),
+                      Catch::Contains("'1.weight' is also module 0's (tied)"));
+    auto costs = mlp_parts(data);
+    costs.unit_costs = {1, 2};
+    CHECK_THROWS_WITH(tpipe::libtorch::freezable_sequential(costs), Catch::Contains("2 unit costs for 5 modules"));
+    tpipe::libtorch::freezable_sequential m(mlp_parts(data));
+    m.freeze(2);
+    CHECK_THROWS_WITH(m.freeze(1), Catch::Contains("2 modules are frozen and 4 may freeze; the count only grows"));
+    CHECK_THROWS_WITH(m.freeze(5), Catch::Contains("the count only grows, up to that"));
 }

@@ -36,6 +36,9 @@
 // - check_token_slicing (libtorch/slicing_check.hpp) finds a stage not prepared for token slices.
 // - checkpoints: add_stage / load_stage write and read a stage's parameters and AdamW state in
 //   tpipe's checkpoint format, reshardable by name (libtorch/checkpoint.hpp).
+// - elastic training (PipeTransformer): freezable_sequential makes a Sequential the model of
+//   tpipe's elastic drivers (libtorch/freezable_sequential.hpp); measure_units gives the
+//   planner its modules' times (libtorch/unit_times.hpp).
 // - OpenBLAS's own thread pool is limited to one thread when the first stage runs, unless
 //   OPENBLAS_NUM_THREADS is set (libtorch/blas_threads.hpp).
 //
@@ -45,8 +48,10 @@
 #include "tpipe/adapters/libtorch/blas_threads.hpp"
 #include "tpipe/adapters/libtorch/checkpoint.hpp"
 #include "tpipe/adapters/libtorch/cut.hpp"
+#include "tpipe/adapters/libtorch/freezable_sequential.hpp"
 #include "tpipe/adapters/libtorch/kv_cache.hpp"
 #include "tpipe/adapters/libtorch/module_stage.hpp"
 #include "tpipe/adapters/libtorch/slicing_check.hpp"
 #include "tpipe/adapters/libtorch/tensor_payload.hpp"
 #include "tpipe/adapters/libtorch/tensor_spec.hpp"
+#include "tpipe/adapters/libtorch/unit_times.hpp"

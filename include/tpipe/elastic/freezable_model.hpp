@@ -16,7 +16,9 @@
 //   double finish_step();            // after the run: the step's mean loss
 //   void optimizer_step();           // after the gradient all-reduce
 //   void freeze(int units);          // units [0, units) train no more (drop their optimizer state)
-//   std::vector<std::span<std::byte>> trainable_state();  // what a new replica receives
+//   std::vector<std::span<std::byte>> trainable_state();  // what a new replica receives: every
+//                                    // weight (the frozen ones too: it runs the frozen prefix) and
+//                                    // the optimizer state
 //   frozen_output run_frozen(std::int64_t id, std::optional<frozen_output> from, int from_units,
 //                            int to_units);  // units [from_units, to_units) on sample `id`
 //

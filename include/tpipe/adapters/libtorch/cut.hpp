@@ -72,19 +72,20 @@ inline void sum_tied_gradients(uniform_pipeline<module_stage>& pipe)
     for (std::size_t i = 0; i < pipe.size(); ++i) pipe.stage(i).add_tied_gradients();
 }
 
-//! A Sequential cut into stages: stage i runs modules [cuts[i], cuts[i+1]) (0 = cuts[0] < ... <
-//! cuts.back() = seq->size()). What each stage takes is inferred (infer_input) unless `takes`
+//! A Sequential cut into stages: stage i runs modules [cuts[i], cuts[i+1]) (cuts[0] < ... <
+//! cuts.back() = seq->size(); cuts[0] > 0 leaves a prefix out, e.g. a frozen one that runs
+//! before the pipeline: freezable_sequential). What each stage takes is inferred (infer_input) unless `takes`
 //! gives it (one spec per stage). Parameters shared by stages are tied (tie()).
 inline std::vector<module_stage> cut(torch::nn::Sequential seq, const std::vector<std::size_t>& cuts,
                                      std::vector<tensor_spec> takes = {})
 {
     const std::size_t n = seq->size();
-    bool ok = cuts.size() >= 2 && cuts.front() == 0 && cuts.back() == n;
+    bool ok = cuts.size() >= 2 && cuts.back() == n;
     for (std::size_t i = 1; ok && i < cuts.size(); ++i) ok = cuts[i - 1] < cuts[i];
     if (!ok) {
         std::string got;
         for (auto c : cuts) got += (got.empty() ? "" : ", ") + std::to_string(c);
-        throw tpipe::invalid_argument("libtorch::cut: cuts must rise strictly from 0 to the Sequential's " +
+        throw tpipe::invalid_argument("libtorch::cut: cuts must rise strictly to the Sequential's " +
                                       std::to_string(n) + " modules, got {" + got + "}");
     }
     const std::size_t stages = cuts.size() - 1;
