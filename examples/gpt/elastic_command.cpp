@@ -119,24 +119,6 @@ void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data
     std::cout << tpipe::json::dump(tpipe::json::value(tpipe::json::object{{"planner_model", std::move(m)}})) << std::endl;
 }
 
-#ifdef TPIPE_GPT_MPI
-//! Process 0's unit times on every process of `world` (plans depend on them and must agree).
-gpt::unit_seconds shared_unit_times(const gpt::config& cfg, int threads, tpipe::mpi::communicator& world)
-{
-    gpt::unit_seconds u;
-    std::vector<double> flat(static_cast<std::size_t>(2 * (cfg.layers + 1)));
-    if (world.rank() == 0) {
-        u = gpt::measure_units(cfg, cfg.seq_len, threads);
-        std::copy(u.forward.begin(), u.forward.end(), flat.begin());
-        std::copy(u.backward.begin(), u.backward.end(), flat.begin() + cfg.layers + 1);
-    }
-    tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b) -> tpipe::task<void> { co_await c.broadcast(b, 0); }(
-        world, std::as_writable_bytes(std::span<double>(flat))));
-    u.forward.assign(flat.begin(), flat.begin() + cfg.layers + 1);
-    u.backward.assign(flat.begin() + cfg.layers + 1, flat.end());
-    return u;
-}
-#endif
 
 } // namespace
 
@@ -226,8 +208,13 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         if (o.devices != size)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
-        // A resumed run plans with the saved run's unit times (every process reads the same file).
-        o.measured = saved ? saved->measured : shared_unit_times(c.cfg, per_process, *world);
+        // Every process plans with process 0's unit times (and token tables); a resumed run with
+        // the saved run's unit times (every process reads the same file).
+        if (saved) o.measured = saved->measured;
+        else if (world->rank() == 0) o.measured = measure_units(c.cfg, c.cfg.seq_len, per_process);
+        if (o.terapipe_granularity > 0 && world->rank() == 0)
+            o.slicing = profile_token_slicing(c.cfg, data, o, per_process);
+        tpipe::mpi::share_plan_inputs(*world, o, static_cast<std::size_t>(c.cfg.layers) + 1);
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
         elastic_gpt* trained = nullptr;  // the driver's model (every process holds the whole model)

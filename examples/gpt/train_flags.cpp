@@ -55,7 +55,7 @@ const char* usage_text =
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
     "                    (--stages, --dp and --schedule do not apply; the schedule is 1f1b; with --slicer\n"
-    "                    terapipe, threads only: TeraPipe token slices re-planned for every pipeline depth)\n"
+    "                    terapipe: TeraPipe token slices re-planned for every pipeline depth)\n"
     "  --devices N       --elastic: devices (loop threads, or MPI processes) (default 2)\n"
     "  --alpha A         --elastic: freeze degree of the progressive policy F(e) = ceil(L(1-(1-A)^e)) (default 1/3)\n"
     "  --freeze-every S  --elastic: steps per freeze interval (default: one epoch of the data)\n"
@@ -166,9 +166,6 @@ options parse(int argc, char** argv)
     o.ckpt.resume = r.text("--resume", o.ckpt.resume);
     r.finish();
     check_memory(o);
-    if (o.elastic && o.slicer == "terapipe" && o.transport == "mpi")
-        throw usage_error("--elastic --slicer terapipe runs on threads; under --transport mpi drop --slicer terapipe "
-                          "(every process would need the profiled token latencies)");
     if (o.transport != "threads" && o.transport != "mpi")
         throw usage_error("unknown transport '" + o.transport + "'; use threads or mpi");
 #ifndef TPIPE_GPT_MPI

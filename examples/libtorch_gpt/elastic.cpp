@@ -74,20 +74,10 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
     d.seed = o.seed;
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        // Plans depend on the unit times: every process takes process 0's.
+        // Plans depend on the unit times (and the costs made of them): every process takes process 0's.
         auto world = tpipe::mpi::communicator::world();
-        const std::size_t n = static_cast<std::size_t>(o.layers) + 2;
-        std::vector<double> flat(2 * n);
-        if (world.rank() == 0) {
-            const auto u = measure(o, data);
-            std::copy(u.forward.begin(), u.forward.end(), flat.begin());
-            std::copy(u.backward.begin(), u.backward.end(), flat.begin() + static_cast<std::ptrdiff_t>(n));
-        }
-        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b) -> tpipe::task<void> {
-            co_await c.broadcast(b, 0);
-        }(world, std::as_writable_bytes(std::span<double>(flat))));
-        d.measured.forward.assign(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(n));
-        d.measured.backward.assign(flat.begin() + static_cast<std::ptrdiff_t>(n), flat.end());
+        if (world.rank() == 0) d.measured = measure(o, data);
+        tpipe::mpi::share_plan_inputs(world, d, static_cast<std::size_t>(o.layers) + 2);
         tpipe::mpi::elastic_driver<freezable_sequential> driver(
             std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)), r.samples, d, 1);
         r.speaks = driver.process() == 0;

@@ -1,7 +1,8 @@
 // tpipe::mpi::elastic_driver (one process per device; mpiexec -np 2, 3, 4) trains the test's own
 // chain model (tests/elastic/chain_model.hpp) with the plans and the bits of the thread driver's
 // run of the same options in this process: freezing, a shorter pipeline, replicas on the freed
-// processes (or, without AutoDP, idle ones), the shared cache.
+// processes (or, without AutoDP, idle ones), the shared cache. Plans agree: share_plan_inputs, and
+// the driver's refusal when they would not.
 #include <catch2/catch.hpp>
 
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "../elastic/chain_model.hpp"
 #include "mpi_suite.hpp"
+#include "tpipe/comm/every_member.hpp"
 #include "tpipe/elastic/thread_driver.hpp"
 #include "tpipe/mpi/elastic_driver.hpp"
 
@@ -46,4 +48,59 @@ TEST_CASE("mpi elastic_driver trains a user model with the thread driver's plans
         CHECK(tpipe_test::every_process(same && procs.model().w == threads.replica(0).w));
         if (processes > 1 && autodp) CHECK(got.intervals.back().plan.replicas > 1);  // the freed devices became replicas
     }
+}
+
+TEST_CASE("share_plan_inputs gives every process process 0's unit times and token tables; the driver refuses "
+          "processes that would plan apart",
+          "[mpi][elastic]")
+{
+    using tpipe_test::chain;
+    auto world = tpipe::mpi::communicator::world();
+    const int me = world.rank(), processes = world.size();
+    std::vector<double> data(48, 0.7);
+    const int units = 5;
+    tpipe::elastic::driver_options o;
+    o.devices = processes;
+    o.batch = 12;
+    o.steps = 4;
+    o.threads = 1;
+    // Each process "measures" its own times and tables (as real measurements differ).
+    auto measured_here = [&] {
+        tpipe::elastic::driver_options m = o;
+        const double t = 1.0 + me;
+        m.measured = {std::vector<double>(units, t), std::vector<double>(units, 2 * t)};
+        tpipe::elastic::token_slicing s;
+        s.granularity = 4;
+        for (int u = 0; u < units; ++u) {
+            std::vector<tpipe::latency_sample> table;  // b x s x c: what a profile measures
+            for (std::int64_t b : {1, 2})
+                for (std::int64_t n : {4, 8})
+                    for (std::int64_t c : {0, 4, 8})
+                        table.push_back({.b = b, .s = n, .c = c, .seconds = t * (u + 1) * double(b * n + b * c + b * n * c)});
+            s.units.emplace_back(std::move(table));
+        }
+        m.slicing = std::move(s);
+        return m;
+    };
+    const auto own = measured_here();
+    const std::vector<double> costs(units, 1.0);
+    const auto digests = [&](const tpipe::elastic::driver_options& x) {
+        return tpipe::sync_wait(tpipe::every_member(world, static_cast<std::int64_t>(tpipe::mpi::plan_inputs_digest(costs, units - 1, x))));
+    };
+    if (processes > 1) {
+        const auto apart = digests(own);
+        CHECK(apart[1] != apart[0]);
+        // The driver says who differs, on every process (no hang).
+        CHECK_THROWS_WITH(tpipe::mpi::elastic_driver<chain>(std::make_unique<chain>(units, data), 48, own, 1),
+                          Catch::Contains("process 1 plans from other unit costs, options, unit times or token latency tables than process 0"));
+    }
+    auto shared = me == 0 ? own : o;  // only process 0 measured
+    tpipe::mpi::share_plan_inputs(world, shared, units);
+    const auto together = digests(shared);
+    for (auto d : together) CHECK(d == together.front());
+    CHECK(shared.measured.forward == std::vector<double>(units, 1.0));
+    REQUIRE(shared.slicing);
+    CHECK(shared.slicing->granularity == 4);
+    CHECK(shared.slicing->units.at(2).samples().at(1).seconds == 3.0 * (4 + 4 + 16));  // process 0's: t = 1, unit 2, (1, 4, 4)
+    CHECK_NOTHROW(tpipe::mpi::elastic_driver<chain>(std::make_unique<chain>(units, data), 48, shared, 1));
 }

@@ -52,6 +52,22 @@ batch window_dataset::rows(std::span<const std::int64_t> ids) const
     return b;
 }
 
+tpipe::elastic::token_slicing profile_token_slicing(const config& cfg, const window_dataset& data,
+                                                    const elastic_options& o, int threads)
+{
+    const std::int64_t g = o.terapipe_granularity;
+    if (g < 1 || cfg.seq_len % g != 0)
+        throw std::invalid_argument("the TeraPipe granularity " + std::to_string(g) + " must divide the sequence length " +
+                                    std::to_string(cfg.seq_len));
+    std::vector<std::int64_t> first(static_cast<std::size_t>(o.batch));
+    for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::int64_t>(i);
+    const batch probe = data.rows(first);
+    tpipe::elastic::token_slicing t;
+    t.units = profile_units(cfg, probe, gpt_profile_grid(o.batch, cfg.seq_len, g), threads);
+    t.granularity = g;
+    return t;
+}
+
 namespace {
 
 //! The driver's options for the GPT: its sequence length and, with TeraPipe slices, the
@@ -62,20 +78,8 @@ tpipe::elastic::driver_options driver_options_of(const config& cfg, const window
     d.seq_len = cfg.seq_len;
     if (d.measured.forward.empty())
         d.measured = measure_units(cfg, cfg.seq_len, std::max(1, compute_threads(o) / std::max(1, o.devices)));
-    if (o.terapipe_granularity > 0 && !d.slicing) {
-        const std::int64_t g = o.terapipe_granularity;
-        if (cfg.seq_len % g != 0)
-            throw std::invalid_argument("the TeraPipe granularity " + std::to_string(g) + " must divide the sequence length " +
-                                        std::to_string(cfg.seq_len));
-        std::vector<std::int64_t> first(static_cast<std::size_t>(o.batch));
-        for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::int64_t>(i);
-        const batch probe = data.rows(first);
-        tpipe::elastic::token_slicing t;
-        t.units = profile_units(cfg, probe, gpt_profile_grid(o.batch, cfg.seq_len, g),
-                                std::max(1, compute_threads(o) / std::max(1, o.devices)));
-        t.granularity = g;
-        d.slicing = std::move(t);
-    }
+    if (o.terapipe_granularity > 0 && !d.slicing)
+        d.slicing = profile_token_slicing(cfg, data, o, std::max(1, compute_threads(o) / std::max(1, o.devices)));
     return d;
 }
 

@@ -16,6 +16,10 @@
 // changed. The data-parallel all-reduce adds in rank order, as the thread driver's does, and the
 // mean loss is added replica by replica: the same bits as the thread driver's run.
 //
+// Plans must agree: the driver refuses to start (on every process, with a sentence) when the
+// processes' unit costs, options, unit times or token tables differ; measure on process 0 and
+// share them with tpipe::mpi::share_plan_inputs (mpi/plan_inputs.hpp).
+//
 // AutoCache: one activation_cache per process over one shared directory (made by process 0), so a
 // sample's cached prefix output is found by whichever replica draws it next. Without AutoDP a plan
 // uses fewer processes than the job has: the others idle until the next plan.
@@ -45,6 +49,7 @@
 #include "tpipe/exec/run.hpp"
 #include "tpipe/exec/sync_wait.hpp"
 #include "tpipe/mpi/communicator.hpp"
+#include "tpipe/mpi/plan_inputs.hpp"
 #include "tpipe/mpi/transport.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/state/checksum.hpp"
@@ -66,6 +71,14 @@ public:
             throw invalid_argument("tpipe::mpi::elastic_driver: " + std::to_string(o_.devices) + " devices, but the job has " +
                                    std::to_string(world_.size()) + " processes; launch mpirun -np " +
                                    std::to_string(o_.devices) + " (one process per device)");
+        const auto digests = every_process_value(
+            static_cast<std::int64_t>(plan_inputs_digest(model_->unit_costs(), model_->freezable_units(), o_)));
+        for (std::size_t p = 1; p < digests.size(); ++p)
+            if (digests[p] != digests[0])  // two plans would be a hang: refuse on every process
+                throw invalid_argument("tpipe::mpi::elastic_driver: process " + std::to_string(p) +
+                                       " plans from other unit costs, options, unit times or token latency tables "
+                                       "than process 0; every process must plan alike (measure on process 0 and "
+                                       "share: tpipe::mpi::share_plan_inputs)");
         if (o_.autocache) {
             shared_dir_ = shared_directory();
             cache_ = std::make_unique<elastic::activation_cache<out_t>>(

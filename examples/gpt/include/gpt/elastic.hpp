@@ -66,6 +66,11 @@ struct elastic_hooks {
     std::function<void(const tpipe::elastic::run_report&, parameters<float>&, adamw<float>&)> after_run{};
 };
 
+//! TeraPipe inside the elastic pipeline: every unit's token latency tables, profiled on the
+//! first global batch with `threads` compute threads (granularity o.terapipe_granularity).
+tpipe::elastic::token_slicing profile_token_slicing(const config& cfg, const window_dataset& data,
+                                                    const elastic_options& o, int threads);
+
 //! Elastic training on threads. `on_interval` (optional) sees each interval when it ends.
 elastic_result train_elastic(const config& cfg, const window_dataset& data, const elastic_options& o,
                              const std::function<void(const interval_report&)>& on_interval = {},
