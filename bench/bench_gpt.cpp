@@ -82,7 +82,7 @@ tpipe::scheme planned_units(int which, gpt::parameters<float>& params)
     const model_shape& m = models[which];
     gpt::pipelined_model<float> model(params, 2, 1);
     const std::int64_t g = m.seq_len / 16;
-    const auto latency = gpt::profile_parts(model, random_batch(m, 3), gpt::gpt_profile_grid(m.batch, m.seq_len, g));
+    const auto latency = gpt::profile_parts(model, random_batch(m, 3), tpipe::token_profile_grid(m.batch, m.seq_len, g));
     const auto plan = tpipe::plan_slices(
         latency, tpipe::slicing_problem{.stages = 2, .seq_len = m.seq_len, .batch = m.batch, .granularity = g});
     return plans.emplace(which, plan.scheme()).first->second;

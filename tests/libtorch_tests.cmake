@@ -33,6 +33,12 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
   add_test(NAME libtorch_gpt_elastic COMMAND train_libtorch_gpt ${libtorch_elastic} --batch 4)
   set_tests_properties(libtorch_gpt_elastic PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
                        "\"final_frozen\":3,\"final_stages\":1,\"final_replicas\":2,.*\"replicas_identical\":true,\"replans_kept_weights\":true.*\"check_ok\":true")
+  # With TeraPipe slices re-planned at every re-plan on profiled module tables (whether the DP
+  # slices depends on the profile of the moment: the equality is asserted; test_libtorch.cpp
+  # "[terapipe]" plans on fixed tables and asserts the slices).
+  add_test(NAME libtorch_gpt_elastic_terapipe COMMAND train_libtorch_gpt ${libtorch_elastic} --batch 4 --slicer terapipe)
+  set_tests_properties(libtorch_gpt_elastic_terapipe PROPERTIES TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
   set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
 
@@ -58,6 +64,11 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --devices 3 ${libtorch_elastic} --batch 6)
     set_tests_properties(libtorch_gpt_elastic_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
                          "\"final_frozen\":3,\"final_stages\":1,\"final_replicas\":3,.*\"replicas_identical\":true,\"replans_kept_weights\":true.*\"check_ok\":true")
+    add_test(NAME libtorch_gpt_elastic_terapipe_mpi
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>
+                     --transport mpi --threads 1 ${libtorch_elastic} --batch 4 --slicer terapipe)
+    set_tests_properties(libtorch_gpt_elastic_terapipe_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2
+                         PASS_REGULAR_EXPRESSION "\"check_ok\":true")
     # docs/libtorch.md's walk-through (tied head, ZB-H1): on two threads of one process (started
     # without mpirun) and on two processes, each against the plain loop.
     add_test(NAME libtorch_user_model_threads COMMAND libtorch_user_model --check)

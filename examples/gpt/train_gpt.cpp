@@ -250,7 +250,7 @@ int train(const options& o)
             gpt::pipelined_model<float> whole(whole_params, stages, threads_per_part);
             std::uint64_t probe_rng = replica::data_seed(o, 0);  // replica 0's first batch
             const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
-            const auto grid = gpt::gpt_profile_grid(o.batch, o.cfg.seq_len, g);
+            const auto grid = tpipe::token_profile_grid(o.batch, o.cfg.seq_len, g);
             if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "
                                    << grid.contexts.size() + 1 << " contexts x " << grid.rows.size() << " row counts...\n";
             const auto latency = gpt::profile_parts(whole, probe, grid);

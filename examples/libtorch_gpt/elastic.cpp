@@ -55,6 +55,22 @@ tpipe::elastic::unit_seconds measure(const options& o, const corpus& data)
     return tpipe::libtorch::measure_units(model, data.rows(ids, o.seq_len).first);
 }
 
+//! TeraPipe inside the elastic pipeline: each module's token latency table, profiled on the
+//! first batch of windows.
+tpipe::elastic::token_slicing profile(const options& o, const corpus& data)
+{
+    const std::int64_t g = o.terapipe_granularity;
+    if (o.seq_len % g != 0)
+        throw tpipe::invalid_argument("--granularity " + std::to_string(g) + " must divide --seq-len " +
+                                      std::to_string(o.seq_len));
+    auto model = make_gpt(config_of(o), o.seed);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(o.batch));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    return {.units = tpipe::libtorch::profile_units(model, data.rows(ids, o.seq_len).first,
+                                                    tpipe::token_profile_grid(o.batch, o.seq_len, g)),
+            .granularity = g};
+}
+
 } // namespace
 
 std::int64_t elastic_samples(const options& o)
@@ -76,7 +92,10 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         // Plans depend on the unit times (and the costs made of them): every process takes process 0's.
         auto world = tpipe::mpi::communicator::world();
-        if (world.rank() == 0) d.measured = measure(o, data);
+        if (world.rank() == 0) {
+            d.measured = measure(o, data);
+            if (o.terapipe_granularity > 0 && !d.slicing) d.slicing = profile(o, data);
+        }
         tpipe::mpi::share_plan_inputs(world, d, static_cast<std::size_t>(o.layers) + 2);
         tpipe::mpi::elastic_driver<freezable_sequential> driver(
             std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)), r.samples, d, 1);
@@ -89,6 +108,7 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
 #endif
     } else if (o.transport == "threads") {
         d.measured = measure(o, data);
+        if (o.terapipe_granularity > 0 && !d.slicing) d.slicing = profile(o, data);
         // [snippet:elastic-driver]
         tpipe::elastic::thread_driver<freezable_sequential> driver(
             [&] { return std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)); }, r.samples, d);

@@ -46,7 +46,9 @@ const char* usage_text =
     "  --seed N          initialisation and data seed (default 1)\n"
     "  --stages P        pipeline stages = ranks (default 2)\n"
     "  --schedule NAME   a runnable schedule of tpipe's registry: 1f1b, zb-h1, gpipe, ... (default 1f1b)\n"
-    "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... (default microbatch:4)\n"
+    "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... (default microbatch:4); with --elastic\n"
+    "                    only terapipe: TeraPipe token slices re-planned for every pipeline depth\n"
+    "  --granularity G   --elastic --slicer terapipe: token slices are multiples of G tokens (default seq-len/16)\n"
     "  --transport T     threads (default): a CPU thread per stage; mpi: an MPI process per stage\n"
     "                    (mpirun -np P); none: plain libtorch, no tpipe\n"
     "  --threads N       libtorch intra-op threads per process (default: libtorch's)\n"
@@ -125,6 +127,7 @@ flags parse(int argc, char** argv)
     f.o.keep = r.number("--keep", f.o.keep, 1, most);
     f.o.resume = r.text("--resume", f.o.resume);
     f.elastic = r.flag("--elastic");
+    const std::int64_t granularity = r.number<std::int64_t>("--granularity", 0, 1);
     f.steps_given = r.given("--steps");
     f.el.devices = r.number("--devices", f.el.devices, 1, most);
     if (auto a = r.value("--alpha")) f.el.alpha = tpipe_examples::to_fraction("--alpha", *a);
@@ -140,7 +143,14 @@ flags parse(int argc, char** argv)
                     "--no-autodp", "--no-autocache"},
                    f.elastic, "applies with --elastic");
     // The elastic driver plans its own pipelines: nothing given may be ignored silently.
-    r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog", "--check-slicing", "--save", "--save-every",
+    if (f.elastic && r.given("--slicer")) {
+        if (f.o.slicer != "terapipe")
+            throw usage_error("--elastic plans its microbatches itself; --slicer takes only terapipe with it (TeraPipe "
+                              "token slices re-planned for every pipeline depth), got " + tpipe::quote(f.o.slicer));
+        f.o.terapipe_granularity = granularity > 0 ? granularity : std::max<std::int64_t>(1, f.o.seq_len / 16);
+    }
+    r.applies_only({"--granularity"}, f.o.terapipe_granularity > 0, "applies with --elastic --slicer terapipe");
+    r.applies_only({"--stages", "--schedule", "--watchdog", "--check-slicing", "--save", "--save-every",
                     "--keep", "--resume"},
                    !f.elastic,
                    "does not apply with --elastic (it plans its pipelines and slices itself: --devices sets how many "
@@ -179,7 +189,7 @@ flags parse(int argc, char** argv)
     fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--schedule", f.o.schedule);
     fp.add("--slicer", f.o.slicer).add("--check", f.check).add("--check-tol", f.check_tol);
     fp.add("--save", f.o.save).add("--save-every", f.o.save_every).add("--keep", f.o.keep).add("--resume", f.o.resume);
-    fp.add("--elastic", f.elastic).add("--devices", f.el.devices).add("--alpha", f.el.alpha);
+    fp.add("--granularity", f.o.terapipe_granularity).add("--elastic", f.elastic).add("--devices", f.el.devices).add("--alpha", f.el.alpha);
     fp.add("--freeze-every", f.el.freeze_every).add("--epochs", f.epochs).add("--max-frozen", f.el.max_frozen);
     fp.add("--cache-mb", static_cast<std::int64_t>(f.el.cache_bytes >> 20)).add("--no-autopipe", !f.el.autopipe);
     fp.add("--no-autodp", !f.el.autodp).add("--no-autocache", !f.el.autocache);
@@ -216,6 +226,14 @@ int run_elastic(const flags& f)
                     r.plan.frozen, modules, r.plan.stages, r.plan.replicas, r.plan.microbatches,
                     cuts_text(r.stage_cuts).c_str(), r.plan.measured_throughput.value_or(0), r.plan.predicted_throughput,
                     r.mean_loss, r.replan_seconds * 1e3);
+        if (!r.plan.slices.empty()) {
+            std::string text;
+            for (const auto& m : r.plan.slices) {
+                std::vector<int> lengths(m.tokens.begin(), m.tokens.end());
+                text += (text.empty() ? "" : " | ") + std::to_string(m.rows) + " row(s) x " + cuts_text(lengths);
+            }
+            std::printf("; token slices %s", text.c_str());
+        }
         if (r.plan.frozen > 0)
             std::printf("; frozen rows: %lld computed, %lld extended, %lld cached", static_cast<long long>(r.rows_computed),
                         static_cast<long long>(r.rows_extended), static_cast<long long>(r.rows_cached));
@@ -224,7 +242,11 @@ int run_elastic(const flags& f)
     };
     const libtorch_gpt::elastic_result r = libtorch_gpt::train_elastic(f.o, d, print);
     double trained = 0;
-    for (const auto& i : r.intervals) trained += static_cast<double>(i.steps * f.o.batch);
+    int sliced = 0;  // intervals that ran TeraPipe token slices
+    for (const auto& i : r.intervals) {
+        trained += static_cast<double>(i.steps * f.o.batch);
+        sliced += i.plan.slices.empty() ? 0 : 1;
+    }
     const double per_s = r.seconds > 0 ? trained / r.seconds : 0;
     bool ok = r.replicas_identical && r.replans_kept_weights;
     double loss_rel = 0, weights_rel = 0;
@@ -239,12 +261,12 @@ int run_elastic(const flags& f)
     if (!r.speaks) return ok ? 0 : 3;
     if (f.json) {
         std::printf("{\"elastic\":true,\"transport\":\"%s\",\"devices\":%d,\"steps\":%lld,\"intervals\":%zu,"
-                    "\"final_frozen\":%d,\"final_stages\":%d,\"final_replicas\":%d,\"last_loss\":%.6f,"
+                    "\"final_frozen\":%d,\"final_stages\":%d,\"final_replicas\":%d,\"sliced_intervals\":%d,\"last_loss\":%.6f,"
                     "\"samples_per_s\":%.2f,\"seconds\":%.3f,\"replicas_identical\":%s,\"replans_kept_weights\":%s,"
                     "\"weights_fnv\":\"%s\"",
                     f.o.transport.c_str(), d.devices, static_cast<long long>(d.steps), r.intervals.size(),
                     r.intervals.back().plan.frozen, r.intervals.back().plan.stages, r.intervals.back().plan.replicas,
-                    r.intervals.back().mean_loss, per_s, r.seconds, r.replicas_identical ? "true" : "false",
+                    sliced, r.intervals.back().mean_loss, per_s, r.seconds, r.replicas_identical ? "true" : "false",
                     r.replans_kept_weights ? "true" : "false", r.weights_fnv.c_str());
         if (f.check) std::printf(",\"check_loss_rel\":%.3g,\"check_weights_rel\":%.3g,\"check_ok\":%s", loss_rel,
                                  weights_rel, ok ? "true" : "false");

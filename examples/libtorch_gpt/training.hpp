@@ -26,6 +26,9 @@ struct options {
     int threads = 0;                    //!< libtorch intra-op threads per process (0: libtorch's default)
     std::string data;                   //!< training text (bytes are tokens)
     bool check_slicing = false;         //!< first check that token slices give the unsliced outputs
+    //! --elastic --slicer terapipe: TeraPipe token slices re-planned at every re-plan, cut at
+    //! multiples of this many tokens (0: microbatches of whole sequences).
+    std::int64_t terapipe_granularity = 0;
     int watchdog = 60;                  //!< seconds without progress before a step is stopped (0: never)
     std::string save;                   //!< checkpoint directory (empty: no checkpoints)
     int save_every = 0;                 //!< steps between checkpoints (with save)
@@ -54,8 +57,9 @@ result train(const options& o);
 //! loop per device; mpi: mpi::elastic_driver, one process per device) over the model as a
 //! tpipe::libtorch::freezable_sequential (units: the embeddings, each block, the head). `d`
 //! gives devices, steps and the AutoFreeze/AutoPipe/AutoDP/AutoCache settings; batch, seq_len,
-//! seed and the unit times (measured on process 0) are filled in from `o`. `on_interval` sees
-//! each interval (on the process that speaks).
+//! seed and the unit times (measured on process 0) are filled in from `o`, and with
+//! o.terapipe_granularity the modules' token latency tables (profiled on process 0) unless
+//! d.slicing holds some. `on_interval` sees each interval (on the process that speaks).
 struct elastic_result : tpipe::elastic::run_report {
     std::int64_t samples = 0;     //!< windows of the text: the sampler's epoch
     std::vector<double> weights;  //!< every parameter after the run, in model order

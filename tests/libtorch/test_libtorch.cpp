@@ -19,6 +19,7 @@
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
+#include "gpt.hpp"
 #include "training.hpp"
 
 namespace {
@@ -290,4 +291,66 @@ TEST_CASE("freezable_sequential refuses a tensor shared by two modules, unit cos
     m.freeze(2);
     CHECK_THROWS_WITH(m.freeze(1), Catch::Contains("2 modules are frozen and 4 may freeze; the count only grows"));
     CHECK_THROWS_WITH(m.freeze(5), Catch::Contains("the count only grows, up to that"));
+}
+
+namespace {
+
+//! A unit whose time does not depend on the rows and grows with the tokens: token slices
+//! shorten the pipeline's fill, microbatches do not (fixed, so that the DP's slices are known).
+tpipe::table_latency rows_free_unit()
+{
+    std::vector<tpipe::latency_sample> s;
+    for (std::int64_t b = 1; b <= 4; ++b)
+        for (std::int64_t t = 4; t <= 16; t += 4)
+            for (std::int64_t c = 0; c + t <= 16; c += 4)
+                s.push_back({b, t, c, 1e-4 + 1e-4 * static_cast<double>(t) + 1e-6 * static_cast<double>(t * c)});
+    return tpipe::table_latency(std::move(s));
+}
+
+} // namespace
+
+TEST_CASE("elastic libtorch training with TeraPipe token slices equals plain libtorch with the same freezing and "
+          "replica split",
+          "[libtorch][elastic][terapipe]")
+{
+    auto o = small(2, "1f1b", "microbatch:1");
+    o.terapipe_granularity = 4;
+    tpipe::elastic::driver_options d;
+    d.devices = 2;
+    d.steps = 9;
+    d.freeze_every = 3;
+    d.threads = 2;
+    d.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 1 : 3; };
+    tpipe::elastic::token_slicing t;
+    t.granularity = 4;
+    for (int u = 0; u < o.layers + 2; ++u) t.units.push_back(rows_free_unit());
+    d.slicing = t;
+    const auto r = libtorch_gpt::train_elastic(o, d, {});
+    REQUIRE(r.intervals.size() == 3);
+    CHECK(r.intervals[0].plan.stages == 2);
+    CHECK(r.intervals[0].units.max_slices() > 1);  // token slices in the 2-stage pipeline
+    CHECK(!r.intervals[0].plan.slices.empty());
+    CHECK(r.intervals[1].plan.frozen == 1);
+    CHECK(r.intervals[1].units.max_slices() > 1);  // the frozen prefix's outputs feed the slices
+    CHECK(r.replicas_identical);
+    std::vector<double> losses, ref_losses;
+    for (const auto& i : r.intervals) losses.push_back(i.mean_loss);
+    const auto ref = libtorch_gpt::frozen_reference(o, r.intervals, ref_losses);
+    CHECK(libtorch_gpt::relative_difference(losses, ref_losses) <= 1e-5);
+    CHECK(libtorch_gpt::relative_difference(r.weights, ref) <= 1e-5);
+}
+
+TEST_CASE("profile_units gives every module of a Sequential a token latency table over the grid", "[libtorch][terapipe]")
+{
+    libtorch_gpt::config cfg{.vocab = 256, .seq_len = 16, .d_model = 32, .heads = 2, .layers = 2};
+    auto model = libtorch_gpt::make_gpt(cfg, 1);
+    const auto ids = torch::arange(4 * 16, torch::kLong).remainder(256).view({4, 16});
+    const auto grid = tpipe::token_profile_grid(4, 16, 4);
+    const auto tables = tpipe::libtorch::profile_units(model, ids, grid, {.warmup = 0, .repeats = 1});
+    REQUIRE(tables.size() == 4);  // embeddings, 2 blocks, head
+    for (const auto& t : tables) {
+        CHECK(t.samples().size() == tpipe::measure([](auto...) {}, grid, {.warmup = 0, .repeats = 1}).size());
+        CHECK(t.seconds(4, 8, 8) > 0);
+    }
+    for (const auto& p : model->parameters()) CHECK(!p.grad().defined());  // left as it was
 }

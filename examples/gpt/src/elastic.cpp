@@ -63,7 +63,7 @@ tpipe::elastic::token_slicing profile_token_slicing(const config& cfg, const win
     for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::int64_t>(i);
     const batch probe = data.rows(first);
     tpipe::elastic::token_slicing t;
-    t.units = profile_units(cfg, probe, gpt_profile_grid(o.batch, cfg.seq_len, g), threads);
+    t.units = profile_units(cfg, probe, tpipe::token_profile_grid(o.batch, cfg.seq_len, g), threads);
     t.granularity = g;
     return t;
 }

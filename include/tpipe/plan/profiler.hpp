@@ -3,7 +3,9 @@
 // s tokens, c context tokens, on whatever engine fn uses) over a grid of points and fits the
 // table model. Each point runs `warmup` untimed calls, then `repeats` timed ones (std::chrono
 // steady_clock around the call); the median is kept, which ignores the odd preempted run.
-// fn must return only when its work is complete (synchronise a device inside fn).
+// fn must return only when its work is complete (synchronise a device inside fn). A workload
+// whose unit needs state that is not its own work (the keys and values of the c earlier tokens
+// it attends to) prepares it in `setup(b, s, c)`, called untimed before every call of fn.
 #include <algorithm>
 #include <chrono>
 #include <concepts>
@@ -35,9 +37,32 @@ struct profile_options {
     int repeats = 5;
 };
 
-//! Times every grid point; returns the samples (median seconds per point).
-template <unit_workload F>
-std::vector<latency_sample> measure(F&& fn, const profile_grid& grid, profile_options opt = {})
+//! A grid for TeraPipe's planner over sequences of seq_len tokens cut at multiples of g: rows 1,
+//! rows / 2 and rows; tokens g, 2g, 4g, ... and seq_len; contexts at a quarter, half and three
+//! quarters of the sequence (multiples of g); s + c never beyond seq_len.
+inline profile_grid token_profile_grid(std::int64_t rows, std::int64_t seq_len, std::int64_t g)
+{
+    detail::require(rows >= 1 && g >= 1 && seq_len >= g,
+                    "token_profile_grid: needs rows >= 1 and 1 <= g <= seq_len, got rows " + std::to_string(rows) +
+                        ", g " + std::to_string(g) + ", seq_len " + std::to_string(seq_len));
+    profile_grid grid;
+    grid.rows = {1};
+    if (rows / 2 > 1) grid.rows.push_back(rows / 2);
+    if (rows > 1) grid.rows.push_back(rows);
+    for (std::int64_t s = g; s < seq_len; s *= 2) grid.tokens.push_back(s);
+    grid.tokens.push_back(seq_len);
+    for (int q = 1; q <= 3; ++q) {
+        const std::int64_t c = seq_len * q / 4 / g * g;
+        if (c > 0 && (grid.contexts.empty() || grid.contexts.back() != c)) grid.contexts.push_back(c);
+    }
+    grid.max_total_tokens = seq_len;
+    return grid;
+}
+
+//! Times every grid point, `setup` (untimed) before every call of fn; returns the samples
+//! (median seconds per point).
+template <unit_workload F, unit_workload S>
+std::vector<latency_sample> measure(F&& fn, const profile_grid& grid, profile_options opt, S&& setup)
 {
     detail::require(opt.warmup >= 0 && opt.repeats >= 1,
                     "profiler: need warmup >= 0 and repeats >= 1, got " + std::to_string(opt.warmup) + " and " +
@@ -54,8 +79,12 @@ std::vector<latency_sample> measure(F&& fn, const profile_grid& grid, profile_op
             for (auto c : contexts) {
                 detail::require_unit_shape(b, s, c, "profiler grid point");
                 if (grid.max_total_tokens > 0 && s + c > grid.max_total_tokens) continue;
-                for (int i = 0; i < opt.warmup; ++i) fn(b, s, c);
+                for (int i = 0; i < opt.warmup; ++i) {
+                    setup(b, s, c);
+                    fn(b, s, c);
+                }
                 for (auto& t : times) {
+                    setup(b, s, c);
                     const auto start = std::chrono::steady_clock::now();
                     fn(b, s, c);
                     t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -67,6 +96,13 @@ std::vector<latency_sample> measure(F&& fn, const profile_grid& grid, profile_op
                 out.push_back({b, s, c, median});
             }
     return out;
+}
+
+//! Times every grid point; returns the samples (median seconds per point).
+template <unit_workload F>
+std::vector<latency_sample> measure(F&& fn, const profile_grid& grid, profile_options opt = {})
+{
+    return measure(fn, grid, opt, [](std::int64_t, std::int64_t, std::int64_t) {});
 }
 
 //! Measures the grid and fits the table model (T0 from c = 0, least-squares delta from c > 0).

@@ -26,25 +26,6 @@ struct slowest_part_latency {
     }
 };
 
-//! The profile grid used for a batch of `rows` x `seq_len` at token granularity `g`:
-//! s in {g, 2g, 4g, ..., seq_len}, c in {seq_len/4, seq_len/2, 3 seq_len/4} (rounded to g),
-//! b in {1, rows/2, rows}.
-inline tpipe::profile_grid gpt_profile_grid(std::int64_t rows, std::int64_t seq_len, std::int64_t g)
-{
-    tpipe::profile_grid grid;
-    grid.rows = {1};
-    if (rows / 2 > 1) grid.rows.push_back(rows / 2);
-    if (rows > 1) grid.rows.push_back(rows);
-    for (std::int64_t s = g; s < seq_len; s *= 2) grid.tokens.push_back(s);
-    grid.tokens.push_back(seq_len);
-    for (int q = 1; q <= 3; ++q) {
-        const std::int64_t c = seq_len * q / 4 / g * g;
-        if (c > 0 && (grid.contexts.empty() || grid.contexts.back() != c)) grid.contexts.push_back(c);
-    }
-    grid.max_total_tokens = seq_len;
-    return grid;
-}
-
 //! Profiles every part of `model` (forward + backward_input + backward_weight of one unit with
 //! the given context, on the part's own thread pool) using the rows and tokens of `b`.
 //! Gradients written while profiling are cleared afterwards.
