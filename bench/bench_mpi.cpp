@@ -37,8 +37,8 @@
 
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/exec/payload_pool.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"

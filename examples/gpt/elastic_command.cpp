@@ -23,7 +23,7 @@
 
 #ifdef TPIPE_GPT_MPI
 #include <tpipe/comm/every_member.hpp>
-#include <tpipe/exec/sync_wait.hpp>
+#include <tpipe/async/sync_wait.hpp>
 #include <tpipe/mpi/elastic_driver.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>

@@ -31,7 +31,7 @@
 #include <tpipe/core/quote.hpp>
 #include <tpipe/core/json.hpp>
 #include <tpipe/exec/data_parallel.hpp>
-#include <tpipe/exec/on_threads.hpp>
+#include <tpipe/async/on_threads.hpp>
 #include <tpipe/plan/memory_model.hpp>
 #include <tpipe/exec/fingerprint.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -59,7 +59,7 @@
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/environment.hpp>
 #include <tpipe/mpi/transport.hpp>
-#include <tpipe/exec/sync_wait.hpp>
+#include <tpipe/async/sync_wait.hpp>
 #endif
 
 namespace {

@@ -14,7 +14,7 @@
 #include <tpipe/core/flag_reader.hpp>
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/exec/run.hpp>
-#include <tpipe/exec/sync_wait.hpp>
+#include <tpipe/async/sync_wait.hpp>
 
 #include "gpt/fingerprint.hpp"
 #include "gpt/pipeline.hpp"

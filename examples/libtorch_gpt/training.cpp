@@ -29,7 +29,9 @@
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
 #include <tpipe/adapters/libtorch/process_sum.hpp>
-#include <tpipe/mpi/error.hpp>
+#include <tpipe/async/sync_wait.hpp>
+#include <tpipe/comm/every_member.hpp>
+#include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/transport.hpp>
 #endif
 
@@ -232,12 +234,18 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     }
     std::function<void()> barrier;  // of the processes that save together
     std::vector<int> mine;          // the stages whose shards this process writes
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+    std::optional<tpipe::mpi::communicator> world;
+#endif
     if constexpr (local) {
         for (int i = 0; i < o.stages; ++i) mine.push_back(i);
     } else {
         mine.push_back(over->process());
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        barrier = [] { tpipe::mpi::check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier (checkpoint)"); };
+        world.emplace(tpipe::mpi::communicator::world());
+        barrier = [&world] {
+            tpipe::sync_wait([](tpipe::mpi::communicator& c) -> tpipe::task<void> { co_await c.barrier(); }(*world));
+        };
 #endif
     }
     checkpoints saves(o, barrier, mine.front() == 0);
@@ -276,45 +284,45 @@ result pipelined(const options& o, trainer& tr, Transport* over)
 #ifdef TPIPE_LIBTORCH_GPT_MPI
 //! checksum_of() the processes' parameters concatenated in process order (= stage order = the
 //! model's module order), on process 0, which receives one process's share at a time.
-std::string checksum_over_processes(const std::vector<double>& mine, int me, int processes)
+std::string checksum_over_processes(tpipe::mpi::communicator& world, const std::vector<double>& mine)
 {
-    const int count = static_cast<int>(mine.size());
-    if (me != 0) {
-        tpipe::mpi::check(MPI_Send(&count, 1, MPI_INT, 0, 0, MPI_COMM_WORLD), "MPI_Send (weight count)");
-        tpipe::mpi::check(MPI_Send(mine.data(), count, MPI_DOUBLE, 0, 1, MPI_COMM_WORLD), "MPI_Send (weights)");
+    using tpipe::task;
+    if (world.rank() != 0) {
+        const std::int64_t count = static_cast<std::int64_t>(mine.size());
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, const std::int64_t& n, const std::vector<double>& w) -> task<void> {
+            co_await c.send(0, 0, std::as_bytes(std::span<const std::int64_t>(&n, 1)));
+            co_await c.send(0, 1, std::as_bytes(std::span(w)));
+        }(world, count, mine));
         return {};
     }
     tpipe::state::checksum sum;
     sum.update(std::as_bytes(std::span<const double>(mine)));
-    for (int p = 1; p < processes; ++p) {
-        int n = 0;
-        tpipe::mpi::check(MPI_Recv(&n, 1, MPI_INT, p, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv (weight count)");
-        std::vector<double> theirs(static_cast<std::size_t>(n));
-        tpipe::mpi::check(MPI_Recv(theirs.data(), n, MPI_DOUBLE, p, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-                          "MPI_Recv (weights)");
+    for (int p = 1; p < world.size(); ++p) {
+        std::int64_t n = 0;
+        std::vector<double> theirs;
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, int from, std::int64_t& n, std::vector<double>& w) -> task<void> {
+            co_await c.recv(from, 0, std::as_writable_bytes(std::span<std::int64_t>(&n, 1)));
+            w.resize(static_cast<std::size_t>(n));
+            co_await c.recv(from, 1, std::as_writable_bytes(std::span(w)));
+        }(world, p, n, theirs));
         sum.update(std::as_bytes(std::span<const double>(theirs)));
     }
     return tpipe::state::checksum::to_hex(sum.value());
 }
 
-//! Every process's parameters, flattened, concatenated in process order, on every process.
-std::vector<double> gather_weights(const std::vector<double>& mine)
+//! Every process's parameters, flattened, concatenated in process order, on every process: each
+//! process broadcasts its share in turn.
+std::vector<double> gather_weights(tpipe::mpi::communicator& world, const std::vector<double>& mine)
 {
-    int processes = 0;
-    tpipe::mpi::check(MPI_Comm_size(MPI_COMM_WORLD, &processes), "MPI_Comm_size");
-    const int count = static_cast<int>(mine.size());
-    std::vector<int> counts(static_cast<std::size_t>(processes)), at(static_cast<std::size_t>(processes));
-    tpipe::mpi::check(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD),
-                      "MPI_Allgather (weight counts)");
-    int total = 0;
-    for (std::size_t p = 0; p < counts.size(); ++p) {
-        at[p] = total;
-        total += counts[p];
+    const auto counts = tpipe::sync_wait(tpipe::every_member(world, static_cast<std::int64_t>(mine.size())));
+    std::vector<double> all;
+    for (int p = 0; p < world.size(); ++p) {
+        std::vector<double> part = p == world.rank() ? mine : std::vector<double>(static_cast<std::size_t>(counts[p]));
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b, int root) -> tpipe::task<void> {
+            co_await c.broadcast(b, root);
+        }(world, std::as_writable_bytes(std::span(part)), p));
+        all.insert(all.end(), part.begin(), part.end());
     }
-    std::vector<double> all(static_cast<std::size_t>(total));
-    tpipe::mpi::check(MPI_Allgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), at.data(), MPI_DOUBLE,
-                                     MPI_COMM_WORLD),
-                      "MPI_Allgatherv (weights)");
     return all;
 }
 #endif
@@ -331,11 +339,12 @@ result run(const options& o)
         trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
         r = pipelined(o, tr, &x);
         const std::vector<double> mine = flatten(*tr.model);
+        auto world = tpipe::mpi::communicator::world();
         if (o.keep_weights) {  // every process gets the whole model: its checksum is at hand
-            r.weights = gather_weights(mine);
+            r.weights = gather_weights(world, mine);
             r.weights_fnv = checksum_of(r.weights);
         } else {
-            r.weights_fnv = checksum_over_processes(mine, x.process(), o.stages);
+            r.weights_fnv = checksum_over_processes(world, mine);
         }
 #else
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");

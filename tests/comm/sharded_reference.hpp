@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "reduction_values.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/state/sharded_optimizer.hpp"
 
 namespace tpipe_test {

@@ -6,8 +6,8 @@
 
 #include "tpipe/comm/every_member.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/on_threads.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/on_threads.hpp"
+#include "tpipe/async/sync_wait.hpp"
 
 TEST_CASE("every_member gives every member each member's value in rank order", "[comm]")
 {

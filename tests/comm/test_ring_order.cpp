@@ -13,8 +13,8 @@
 #include "reduction_values.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 
 using tpipe::task;
 using tpipe::thread_communicator;

@@ -8,7 +8,7 @@
 
 #include "sharded_reference.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 
 using tpipe_test::bitwise_equal;
 

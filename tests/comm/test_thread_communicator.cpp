@@ -13,9 +13,9 @@
 
 #include "reduction_values.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
-#include "tpipe/exec/when_all.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
+#include "tpipe/async/when_all.hpp"
 
 using tpipe::task;
 using tpipe::thread_communicator;

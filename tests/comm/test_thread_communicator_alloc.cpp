@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace {
 thread_local long allocations = 0;

@@ -27,7 +27,7 @@
 #include "tpipe/exec/payload_traits.hpp"
 #include "tpipe/exec/reporting_engine.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/plan/analytic_latency.hpp"
 #include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/polynomial_latency.hpp"

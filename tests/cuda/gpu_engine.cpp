@@ -16,7 +16,7 @@
 #include "tpipe/cuda/error.hpp"
 #include "tpipe/cuda/runtime_driver.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/schedule/by_name.hpp"
 
 namespace {

@@ -12,8 +12,8 @@
 #include "gpu_stages.hpp"
 #include "tpipe/cuda/basic_engine.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/when_all.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/when_all.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 

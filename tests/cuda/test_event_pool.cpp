@@ -12,8 +12,8 @@
 #include "fake_driver.hpp"
 #include "tpipe/cuda/basic_after.hpp"
 #include "tpipe/cuda/event_pool.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/local_channel.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
-#include "tpipe/exec/when_all.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
+#include "tpipe/async/when_all.hpp"
 
 namespace {
 

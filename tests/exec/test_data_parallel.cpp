@@ -8,7 +8,7 @@
 #include "tpipe/comm/thread_communicator.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 

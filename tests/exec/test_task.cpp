@@ -6,10 +6,10 @@
 #include <thread>
 #include <vector>
 
-#include "tpipe/exec/loop.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
-#include "tpipe/exec/when_all.hpp"
+#include "tpipe/async/loop.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
+#include "tpipe/async/when_all.hpp"
 
 namespace {
 tpipe::task<int> value(int v) { co_return v; }

@@ -16,10 +16,10 @@
 
 #include "../comm/reduction_values.hpp"
 #include "mpi_suite.hpp"
-#include "tpipe/exec/loop.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
-#include "tpipe/exec/when_all.hpp"
+#include "tpipe/async/loop.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
+#include "tpipe/async/when_all.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/request.hpp"
 

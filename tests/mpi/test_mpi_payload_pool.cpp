@@ -7,8 +7,8 @@
 
 #include "mpi_suite.hpp"
 #include "tpipe/exec/payload_pool.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/mpi/channel.hpp"
 
 TEST_CASE("mpi::channel receives into the body of a completed send (payload pool)", "[mpi][pool]")

@@ -11,7 +11,7 @@
 #include "../exec/pipes.hpp"
 #include "mpi_suite.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/transport.hpp"
 #include "tpipe/schedule/csv.hpp"

@@ -15,8 +15,8 @@
 #include "../comm/reduction_values.hpp"
 #include "mpi_suite.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/mpi/communicator.hpp"
 
 using tpipe::task;

@@ -8,7 +8,7 @@
 #include "../comm/sharded_reference.hpp"
 #include "mpi_suite.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/mpi/communicator.hpp"
 
 using tpipe_test::bitwise_equal;

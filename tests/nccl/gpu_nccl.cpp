@@ -10,7 +10,7 @@
 #include "tpipe/cuda/engine.hpp"
 #include "tpipe/cuda/peer_runtime.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/nccl/communicator.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"

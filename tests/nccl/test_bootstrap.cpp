@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "members.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/nccl/file_bootstrap.hpp"
 
 namespace fs = std::filesystem;

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "members.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 
 using tpipe::nccl::fake::communicator;
 using tpipe::nccl::fake::members;

@@ -11,8 +11,8 @@
 #include "fake_transport.hpp"
 #include "members.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 

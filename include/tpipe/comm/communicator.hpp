@@ -42,7 +42,7 @@
 #include <cstddef>
 #include <span>
 
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/async/awaitable.hpp"
 
 namespace tpipe {
 

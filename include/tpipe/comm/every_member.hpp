@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace tpipe {
 

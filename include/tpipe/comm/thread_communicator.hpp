@@ -41,8 +41,8 @@
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/comm/detail/thread_group_state.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe {
 

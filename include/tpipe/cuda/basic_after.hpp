@@ -27,8 +27,8 @@
 #include "tpipe/cuda/cuda_error.hpp"
 #include "tpipe/cuda/driver.hpp"
 #include "tpipe/cuda/event_pool.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe::cuda {
 

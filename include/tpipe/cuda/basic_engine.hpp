@@ -42,7 +42,7 @@
 #include "tpipe/cuda/host_func_wait.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/engine.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/exec/reporting_engine.hpp"
 
 namespace tpipe::cuda {

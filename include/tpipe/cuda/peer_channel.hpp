@@ -32,8 +32,8 @@
 #include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 #include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe::cuda {

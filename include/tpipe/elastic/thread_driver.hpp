@@ -28,14 +28,14 @@
 #include <vector>
 
 #include "tpipe/comm/thread_communicator.hpp"
-#include "tpipe/exec/on_threads.hpp"
+#include "tpipe/async/on_threads.hpp"
 #include "tpipe/elastic/driver_loop.hpp"
 #include "tpipe/elastic/freezable_model.hpp"
 #include "tpipe/elastic/sampler.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/schedule/by_name.hpp"
 
 namespace tpipe::elastic {

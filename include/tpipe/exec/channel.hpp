@@ -24,33 +24,16 @@
 //   throwing tpipe::operation_cancelled (any thread). reset(tags) starts a new iteration with
 //   room for `tags` messages; call it only when no receive is pending.
 #include <atomic>
-#include <concepts>
-#include <coroutine>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
+#include "tpipe/async/awaitable.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe {
-
-//! An awaiter: await_ready/await_suspend/await_resume, resuming with an R.
-template <class A, class R>
-concept awaiter_of = requires(A& a, std::coroutine_handle<> h) {
-    { a.await_ready() } -> std::convertible_to<bool>;
-    a.await_suspend(h);
-    { a.await_resume() } -> std::convertible_to<R>;
-};
-
-//! Something `co_await` accepts that resumes with an R: an awaiter, or a type whose member
-//! operator co_await returns one.
-template <class A, class R>
-concept awaitable_of =
-    awaiter_of<std::remove_cvref_t<A>, R> || requires(A&& a) {
-        { std::forward<A>(a).operator co_await() } -> awaiter_of<R>;
-    };
 
 //! A channel of payloads of type value_type (see the semantics above).
 template <class C>

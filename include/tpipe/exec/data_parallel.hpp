@@ -53,7 +53,7 @@
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/pipeline.hpp"
 #include "tpipe/exec/run_options.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace tpipe {
 

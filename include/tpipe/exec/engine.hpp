@@ -26,7 +26,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe {
 

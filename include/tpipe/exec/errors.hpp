@@ -1,23 +1,17 @@
 #pragma once
 // Errors of the runtime: a failed action (naming rank, device, stage, action and unit), a
-// watchdog that saw no progress, a failure in another process, and the cancellation that stops
-// the other devices' work.
+// watchdog that saw no progress, a failure in another process; and (async/operation_cancelled.hpp)
+// the cancellation that stops the other devices' work.
 #include <exception>
 #include <string>
 #include <utility>
 
+#include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
 #include "tpipe/schedule/action.hpp"
 
 namespace tpipe {
-
-//! Thrown into a coroutine that waits while its iteration is cancelled. tpipe::run never lets
-//! it escape: it reports the error that caused the cancellation instead.
-class operation_cancelled : public error {
-public:
-    operation_cancelled() : error("the operation was cancelled because the iteration failed elsewhere") {}
-};
 
 //! An action of an iteration failed (a stage threw, or a payload was missing); every other
 //! device's work was cancelled. what() names rank, device, stage, action and unit, then the

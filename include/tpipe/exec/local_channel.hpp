@@ -21,7 +21,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe {
 

@@ -10,7 +10,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/sim/chrome_trace.hpp"
 #include "tpipe/sim/timeline.hpp"
 

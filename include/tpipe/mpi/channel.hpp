@@ -34,8 +34,8 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/exec/payload_traits.hpp"
 #include "tpipe/exec/recyclable_payload.hpp"
 #include "tpipe/mpi/error.hpp"

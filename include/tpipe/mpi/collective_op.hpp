@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "tpipe/comm/reduction_order.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"

@@ -47,7 +47,7 @@
 #include "tpipe/elastic/shape_planner.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/run.hpp"
-#include "tpipe/exec/sync_wait.hpp"
+#include "tpipe/async/sync_wait.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/plan_inputs.hpp"
 #include "tpipe/mpi/transport.hpp"

@@ -11,8 +11,8 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/elastic/driver_options.hpp"
-#include "tpipe/exec/sync_wait.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/plan/table_latency.hpp"
 #include "tpipe/state/checksum.hpp"

@@ -36,15 +36,15 @@
 #include <thread>
 #include <utility>
 
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
 
 namespace tpipe::mpi {
 
 namespace detail {
-using tpipe::detail::suspend_polled;  // tpipe/exec/loop.hpp: the await_suspend of polled awaiters
+using tpipe::detail::suspend_polled;  // tpipe/async/loop.hpp: the await_suspend of polled awaiters
 } // namespace detail
 
 //! Whether MPI_Cancel applies to a request (point-to-point) or not (nonblocking collective).

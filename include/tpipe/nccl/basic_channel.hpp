@@ -32,8 +32,8 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/detail/polled.hpp"

@@ -55,7 +55,7 @@
 #include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/errors.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
 

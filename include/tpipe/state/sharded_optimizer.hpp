@@ -33,7 +33,7 @@
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/state/shard_update.hpp"
 
 namespace tpipe {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tpipe/comm/reduction_order.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe {
 namespace detail::tc {

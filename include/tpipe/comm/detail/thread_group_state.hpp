@@ -19,8 +19,8 @@
 #include "tpipe/comm/detail/thread_group_ops.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/errors.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe {
 namespace detail::tc {

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/loop.hpp"
+#include "tpipe/async/loop.hpp"
 
 namespace tpipe::nccl::detail {
 

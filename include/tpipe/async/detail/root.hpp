@@ -7,8 +7,8 @@
 #include <exception>
 #include <utility>
 
-#include "tpipe/exec/loop.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/loop.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace tpipe::detail {
 

@@ -16,8 +16,8 @@
 #include <variant>
 #include <vector>
 
-#include "tpipe/exec/detail/root.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/detail/root.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace tpipe {
 

@@ -5,9 +5,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "tpipe/exec/detail/root.hpp"
-#include "tpipe/exec/loop.hpp"
-#include "tpipe/exec/task.hpp"
+#include "tpipe/async/detail/root.hpp"
+#include "tpipe/async/loop.hpp"
+#include "tpipe/async/task.hpp"
 
 namespace tpipe {
 
