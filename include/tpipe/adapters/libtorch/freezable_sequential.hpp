@@ -71,7 +71,6 @@ public:
 
     explicit freezable_sequential(parts p) : p_(std::move(p))
     {
-        // (io_ points at this object: it stays where it was made, as the drivers hold it)
         const std::string me = "tpipe::libtorch::freezable_sequential: ";
         if (!p_.model || p_.model->size() < 2)
             throw tpipe::invalid_argument(me + "needs a Sequential of at least 2 modules (units), got " +
@@ -135,6 +134,7 @@ public:
         };
     }
 
+    // io_ points at this object: it stays where it was made (the drivers hold it by unique_ptr).
     freezable_sequential(const freezable_sequential&) = delete;
     freezable_sequential& operator=(const freezable_sequential&) = delete;
 
