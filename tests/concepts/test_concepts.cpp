@@ -5,7 +5,9 @@
 // with a wrong member does not compile (tests/diagnostics/*, run by ctest).
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <coroutine>
 #include <cstdint>
 #include <memory>
@@ -16,15 +18,19 @@
 #include <vector>
 
 #include "tpipe/comm/averaging_communicator.hpp"
+#include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
+#include "tpipe/elastic/driver_loop.hpp"
 #include "tpipe/elastic/elastic_latency.hpp"
 #include "tpipe/elastic/freeze.hpp"
+#include "tpipe/elastic/thread_driver.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/local_connecting_transport.hpp"
 #include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/exec/recyclable_payload.hpp"
 #include "tpipe/exec/reporting_engine.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"
@@ -45,6 +51,10 @@
 #include "tpipe/schedule/zb_v.hpp"
 #include "tpipe/sim/costs.hpp"
 #include "tpipe/slice/slicers.hpp"
+#include "tpipe/state/dtype.hpp"
+#include "tpipe/state/shard_update.hpp"
+
+#include "../elastic/chain_model.hpp"
 
 namespace {
 
@@ -182,6 +192,21 @@ struct opaque {  // a payload without a byte form
 };
 static_assert(tpipe::byte_payload<std::vector<float>> && tpipe::byte_payload<std::vector<std::int64_t>>);
 static_assert(!tpipe::byte_payload<opaque> && !tpipe::byte_payload<std::vector<std::string>>);
+struct fixed_bytes {  // a byte payload that cannot be recycled (no payload_traits::recycle)
+    std::array<std::byte, 8> b{};
+};
+} // namespace
+template <>
+struct tpipe::payload_traits<fixed_bytes> {
+    struct header {};
+    static header header_of(const fixed_bytes&) { return {}; }
+    static fixed_bytes make(const header&) { return {}; }
+    static std::span<const std::byte> bytes(const fixed_bytes& v) { return v.b; }
+    static std::span<std::byte> bytes(fixed_bytes& v) { return v.b; }
+};
+namespace {
+static_assert(tpipe::byte_payload<fixed_bytes> && !tpipe::recyclable_payload<fixed_bytes>);
+static_assert(tpipe::recyclable_payload<std::vector<float>> && !tpipe::recyclable_payload<opaque>);
 
 // ---- engines ----------------------------------------------------------------------------------
 //! An engine whose computes run inline (cpu_engine's shape) with optional members added by Base.
@@ -309,6 +334,19 @@ static_assert(tpipe::averaging_communicator<averaging_comm> && !tpipe::averaging
 static_assert(!tpipe::averaging_communicator<float_only_average>);  // and data_parallel<float_only_average> does not compile
 static_assert(tpipe::group_cancelling_communicator<tpipe::thread_communicator>);
 static_assert(!tpipe::group_cancelling_communicator<averaging_comm>);  // inherits cancel_group, declares it off
+static_assert(tpipe::reduce_scatter_communicator<tpipe::thread_communicator>);
+struct no_gather : tpipe::thread_communicator {  // a communicator that reduce-scatters but cannot gather back
+    explicit no_gather(tpipe::thread_communicator c) : tpipe::thread_communicator(std::move(c)) {}
+    no_gather split(int color, int key) { return no_gather(tpipe::thread_communicator::split(color, key)); }
+    template <class T>
+    void all_gather(std::span<T>) = delete;
+};
+static_assert(tpipe::communicator<no_gather> && !tpipe::reduce_scatter_communicator<no_gather>);
+// The element types every communicator reduces: one list (threads, MPI and NCCL map it to their tags).
+static_assert(tpipe::reducible<float> && tpipe::reducible<double> && tpipe::reducible<std::int32_t> &&
+              tpipe::reducible<std::int64_t>);
+static_assert(!tpipe::reducible<std::uint64_t> && !tpipe::reducible<std::int16_t> && !tpipe::reducible<const float> &&
+              !tpipe::reducible<std::byte>);
 
 // ---- planning, simulation, slicing, schedules, elastic ---------------------------------------
 struct seconds_model {
@@ -374,6 +412,30 @@ struct stage_time_model {
 };
 static_assert(tpipe::pipeline_latency<stage_time_model> && tpipe::pipeline_latency<tpipe::elastic_latency>);
 static_assert(!tpipe::pipeline_latency<seconds_model>);
+struct backend {  // what run_intervals drives (elastic/driver_loop.hpp)
+    bool reshape(const tpipe::elastic::interval_shape&) { return true; }
+    double step(std::int64_t) { return 0; }
+    bool replicas_identical() { return true; }
+    tpipe::elastic::frozen_counters frozen_rows() { return {}; }
+    tpipe::elastic::cache_stats cache_stats() const { return {}; }
+};
+struct backend_without_cache_stats {
+    bool reshape(const tpipe::elastic::interval_shape&) { return true; }
+    double step(std::int64_t) { return 0; }
+    bool replicas_identical() { return true; }
+    tpipe::elastic::frozen_counters frozen_rows() { return {}; }
+};
+static_assert(tpipe::elastic::elastic_backend<backend> && !tpipe::elastic::elastic_backend<backend_without_cache_stats>);
+static_assert(tpipe::elastic::elastic_backend<tpipe::elastic::thread_driver<tpipe_test::chain>>);
+
+// ---- state --------------------------------------------------------------------------------------
+using update_fn = decltype([](std::span<float>, std::span<float>, std::size_t) {});
+using update_doubles_fn = decltype([](std::span<double>, std::span<double>, std::size_t) {});
+static_assert(tpipe::shard_update<update_fn, float> && !tpipe::shard_update<update_doubles_fn, float>);
+static_assert(!tpipe::shard_update<int, float>);
+static_assert(tpipe::state::stored_element<float> && tpipe::state::stored_element<double> && tpipe::state::stored_element<std::int64_t> &&
+              tpipe::state::stored_element<std::uint64_t> && tpipe::state::stored_element<std::uint8_t>);
+static_assert(!tpipe::state::stored_element<std::int32_t> && !tpipe::state::stored_element<char> && !tpipe::state::stored_element<long double>);
 
 // ---- stages for the run-time checks -----------------------------------------------------------
 struct vec_stage {

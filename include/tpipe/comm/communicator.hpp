@@ -40,11 +40,19 @@
 //   this member is pending.
 // - One member handle is used from one loop at a time; give each loop its own handle (split).
 #include <cstddef>
+#include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "tpipe/async/awaitable.hpp"
 
 namespace tpipe {
+
+//! The element types a communicator reduces (all_reduce_sum, reduce_scatter_sum) and gathers:
+//! the one list every model (threads, MPI, NCCL) maps to its own type tags.
+template <class T>
+concept reducible = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+                    std::is_same_v<T, std::int64_t>;
 
 //! A model of the communicator contract above (all_reduce_sum is also required for
 //! std::int32_t and std::int64_t; the concept checks float and double).

@@ -123,8 +123,7 @@ public:
 
     //! In-place sum over all members, in the ring order (or the rank order, see
     //! set_reduction_order); bitwise identical on every member.
-    template <class T>
-        requires(detail::tc::elem_of<T> != detail::tc::elem::none)
+    template <reducible T>
     collective_awaiter all_reduce_sum(std::span<T> values)
     {
         return elementwise(detail::tc::kind::all_reduce, values);
@@ -132,16 +131,14 @@ public:
 
     //! In place: this member's ring segment (tpipe::ring_segment) becomes the ring-order sum;
     //! the other segments are left as they were (tpipe/comm/reduce_scatter_communicator.hpp).
-    template <class T>
-        requires(detail::tc::elem_of<T> != detail::tc::elem::none)
+    template <reducible T>
     collective_awaiter reduce_scatter_sum(std::span<T> values)
     {
         return elementwise(detail::tc::kind::reduce_scatter, values);
     }
 
     //! In place: every member's segment s becomes a copy of member s's segment s.
-    template <class T>
-        requires(detail::tc::elem_of<T> != detail::tc::elem::none)
+    template <reducible T>
     collective_awaiter all_gather(std::span<T> values)
     {
         return elementwise(detail::tc::kind::all_gather, values);

@@ -14,8 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
@@ -31,7 +32,9 @@ struct collective_traffic {
 
 namespace detail {
 
-template <class T>
+using tpipe::reducible;  // comm/communicator.hpp: the element types every communicator reduces
+
+template <reducible T>
 inline MPI_Datatype datatype() noexcept
 {
     if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
@@ -39,10 +42,6 @@ inline MPI_Datatype datatype() noexcept
     else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
     else return MPI_INT64_T;
 }
-
-template <class T>
-concept reducible = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
-                    std::is_same_v<T, std::int64_t>;
 
 class collective_op;
 

@@ -32,6 +32,7 @@
 #include <string>
 #include <type_traits>
 
+#include "tpipe/comm/communicator.hpp"
 #include "tpipe/exec/channel.hpp"
 
 namespace tpipe::nccl {
@@ -42,9 +43,7 @@ enum class redop : unsigned char { sum, average };
 //! Element types of reductions (the subset of ncclDataType_t tpipe uses); bytes for p2p.
 enum class dtype : unsigned char { f32, f64, i32, i64, bytes };
 
-template <class T>
-inline constexpr bool reducible =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+using tpipe::reducible;  // comm/communicator.hpp: the element types every communicator reduces
 
 template <class T>
     requires reducible<T>

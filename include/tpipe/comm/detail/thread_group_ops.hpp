@@ -11,8 +11,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/reduction_order.hpp"
 
 namespace tpipe {
 namespace detail::tc {
@@ -20,12 +21,11 @@ namespace detail::tc {
 enum class kind : unsigned char { all_reduce, reduce_scatter, all_gather, broadcast, barrier };
 enum class elem : unsigned char { none, f32, f64, i32, i64 };
 
-template <class T>
+template <reducible T>
 constexpr elem elem_of = std::is_same_v<T, float>          ? elem::f32
                          : std::is_same_v<T, double>       ? elem::f64
                          : std::is_same_v<T, std::int32_t> ? elem::i32
-                         : std::is_same_v<T, std::int64_t> ? elem::i64
-                                                           : elem::none;
+                                                           : elem::i64;
 
 inline const char* elem_name(elem e) noexcept
 {
