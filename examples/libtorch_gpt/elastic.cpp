@@ -46,13 +46,19 @@ freezable_sequential::parts parts_of(const options& o, const corpus& data, const
 }
 // [/snippet]
 
+//! The inputs of the first batch of windows: what the modules are timed on.
+torch::Tensor first_batch(const options& o, const corpus& data)
+{
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(o.batch));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    return data.rows(ids, o.seq_len).first;
+}
+
 //! Each module's forward and backward seconds per sample, on the first batch of windows.
 tpipe::elastic::unit_seconds measure(const options& o, const corpus& data)
 {
     auto model = make_gpt(config_of(o), o.seed);
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(o.batch));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
-    return tpipe::libtorch::measure_units(model, data.rows(ids, o.seq_len).first);
+    return tpipe::libtorch::measure_units(model, first_batch(o, data));
 }
 
 //! TeraPipe inside the elastic pipeline: each module's token latency table, profiled on the
@@ -64,9 +70,7 @@ tpipe::elastic::token_slicing profile(const options& o, const corpus& data)
         throw tpipe::invalid_argument("--granularity " + std::to_string(g) + " must divide --seq-len " +
                                       std::to_string(o.seq_len));
     auto model = make_gpt(config_of(o), o.seed);
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(o.batch));
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
-    return {.units = tpipe::libtorch::profile_units(model, data.rows(ids, o.seq_len).first,
+    return {.units = tpipe::libtorch::profile_units(model, first_batch(o, data),
                                                     tpipe::token_profile_grid(o.batch, o.seq_len, g)),
             .granularity = g};
 }

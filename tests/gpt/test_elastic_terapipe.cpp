@@ -10,6 +10,8 @@
 
 #include "gpt/elastic.hpp"
 
+#include "../elastic/rows_free_unit.hpp"
+
 namespace {
 
 std::string letters(std::size_t n, std::uint64_t seed)
@@ -20,18 +22,6 @@ std::string letters(std::size_t n, std::uint64_t seed)
         c = static_cast<char>('a' + (seed >> 33) % 26);
     }
     return t;
-}
-
-//! A unit whose time does not depend on the rows (a device with rows to spare) and grows with
-//! the tokens: token slices shorten the pipeline's fill, microbatches do not.
-tpipe::table_latency rows_free_unit()
-{
-    std::vector<tpipe::latency_sample> s;
-    for (std::int64_t b = 1; b <= 4; ++b)
-        for (std::int64_t t = 4; t <= 16; t += 4)
-            for (std::int64_t c = 0; c + t <= 16; c += 4)  // attending to c earlier tokens costs a little more
-                s.push_back({b, t, c, 1e-4 + 1e-4 * static_cast<double>(t) + 1e-6 * static_cast<double>(t * c)});
-    return tpipe::table_latency(std::move(s));
 }
 
 } // namespace
@@ -57,7 +47,7 @@ TEST_CASE("elastic training with TeraPipe slices equals the frozen reference giv
     o.freeze = [](int interval, int frozen) { return interval == 0 ? 0 : interval == 1 ? 1 : interval == 2 ? 3 : frozen; };
     tpipe::elastic::token_slicing t;
     t.granularity = 4;
-    for (int u = 0; u <= cfg.layers; ++u) t.units.push_back(rows_free_unit());
+    for (int u = 0; u <= cfg.layers; ++u) t.units.push_back(tpipe_test::rows_free_unit());
     o.slicing = t;
     const auto run = gpt::train_elastic(cfg, data, o);
     REQUIRE(run.intervals.size() == 5);

@@ -22,6 +22,8 @@
 #include "gpt.hpp"
 #include "training.hpp"
 
+#include "../elastic/rows_free_unit.hpp"
+
 namespace {
 
 libtorch_gpt::options small(int stages, std::string schedule, std::string slicer, std::string transport = "threads")
@@ -293,22 +295,6 @@ TEST_CASE("freezable_sequential refuses a tensor shared by two modules, unit cos
     CHECK_THROWS_WITH(m.freeze(5), Catch::Contains("the count only grows, up to that"));
 }
 
-namespace {
-
-//! A unit whose time does not depend on the rows and grows with the tokens: token slices
-//! shorten the pipeline's fill, microbatches do not (fixed, so that the DP's slices are known).
-tpipe::table_latency rows_free_unit()
-{
-    std::vector<tpipe::latency_sample> s;
-    for (std::int64_t b = 1; b <= 4; ++b)
-        for (std::int64_t t = 4; t <= 16; t += 4)
-            for (std::int64_t c = 0; c + t <= 16; c += 4)
-                s.push_back({b, t, c, 1e-4 + 1e-4 * static_cast<double>(t) + 1e-6 * static_cast<double>(t * c)});
-    return tpipe::table_latency(std::move(s));
-}
-
-} // namespace
-
 TEST_CASE("elastic libtorch training with TeraPipe token slices equals plain libtorch with the same freezing and "
           "replica split",
           "[libtorch][elastic][terapipe]")
@@ -323,7 +309,7 @@ TEST_CASE("elastic libtorch training with TeraPipe token slices equals plain lib
     d.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 1 : 3; };
     tpipe::elastic::token_slicing t;
     t.granularity = 4;
-    for (int u = 0; u < o.layers + 2; ++u) t.units.push_back(rows_free_unit());
+    for (int u = 0; u < o.layers + 2; ++u) t.units.push_back(tpipe_test::rows_free_unit());
     d.slicing = t;
     const auto r = libtorch_gpt::train_elastic(o, d, {});
     REQUIRE(r.intervals.size() == 3);

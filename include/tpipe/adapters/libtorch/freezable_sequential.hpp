@@ -209,7 +209,7 @@ public:
         for (const auto& t : p_.model->parameters()) bytes(t);
         for (const auto& t : p_.model->buffers()) bytes(t);
         const auto& states = opt_->state();
-        for (const auto& t : trainable()) {
+        for (const auto& t : trainable()) {  // their moments (the parameters are among the above)
             const auto& s = static_cast<const torch::optim::AdamWParamState&>(
                 *states.at(detail::optimizer_state_key<std::decay_t<decltype(states)>>(t)));
             bytes(s.exp_avg());
