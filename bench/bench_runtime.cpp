@@ -3,6 +3,8 @@
 // BM_overhead/<schedule>/P/threading   empty stages, M = 4P: nanoseconds of runtime per action
 //                                      (threading 0: cpu_engine's default, min(P, cores) loop threads;
 //                                      1: one loop thread per rank; 2: all ranks on one loop thread)
+// BM_overhead_erased/...                the same, every boundary's channel a tpipe::any_channel (one
+//                                      virtual call per operation, as tpipe::composed_transport's)
 // BM_efficiency/<schedule>/P/spin_us   stages that spin: simulated makespan / measured time (1.0 is perfect)
 // BM_peer_tbb/P/spin_ns/one_worker     P serial stages, forward only, T tokens: tpipe vs oneTBB's
 //                                      parallel_pipeline in the same run; per-token overhead (wall time of
@@ -15,51 +17,25 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "tpipe/exec/any_channel.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/lower.hpp"
 #include "tpipe/sim/simulate.hpp"
 #include "tpipe/slice/slicers.hpp"
 
+#include "runtime_fixture.hpp"
+
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-inline void spin(std::chrono::nanoseconds d)
-{
-    if (d.count() <= 0) return;
-    const auto until = clock_type::now() + d;
-    while (clock_type::now() < until) {
-    }
-}
-
-struct spin_stage {
-    using input = int;
-    using output = int;
-    std::chrono::nanoseconds t{0};
-    int forward(const tpipe::unit&, int x)
-    {
-        spin(t);
-        return x + 1;
-    }
-    int backward(const tpipe::unit&, int g)
-    {
-        spin(t);
-        return g;
-    }
-    int backward_input(const tpipe::unit&, int g)
-    {
-        spin(t);
-        return g;
-    }
-    void backward_weight(const tpipe::unit&) { spin(t); }
-};
+using namespace tpipe_bench;
 
 struct per_action_costs {
     double t = 0;
@@ -67,23 +43,18 @@ struct per_action_costs {
     double transfer(tpipe::op, int, int, const tpipe::unit&) const { return 0; }
 };
 
-//! Calls body(runner, io) with a runner of `prog` over its stage count of spin stages (work t
-//! per action), after running iterations for 0.3 s: storage allocated, and the OS has spread the
-//! new loop threads over the cores (on a 2-vCPU VM both can share one core for the first ~0.2 s).
-template <class Body>
-void with_warm_runner(const tpipe::program& prog, tpipe::cpu_engine& eng, const tpipe::run_options& opts,
-                      std::chrono::nanoseconds t, Body&& body)
-{
-    tpipe::uniform_pipeline<spin_stage> pipe(
-        std::vector<spin_stage>(static_cast<std::size_t>(prog.stages()), spin_stage{t}));
-    tpipe::runner r(pipe, prog, eng, opts);
-    tpipe::io_for<decltype(pipe)> io;
-    io.source = [](const tpipe::unit& u) { return u.microbatch; };
-    const auto until = clock_type::now() + std::chrono::milliseconds(300);
-    do r.run(io);
-    while (clock_type::now() < until);
-    body(r, io);
-}
+//! Every boundary through a tpipe::any_channel over a local_channel: what per-boundary channels
+//! (tpipe::composed_transport) cost against the runner's direct local channels.
+struct erased_local_transport : tpipe::local_transport {
+    template <tpipe::payload T>
+    using channel_type = tpipe::any_channel<T>;
+    static constexpr bool tpipe_local_connecting_transport = true;
+    template <tpipe::payload T>
+    std::unique_ptr<tpipe::any_channel<T>> connect_local(const tpipe::endpoint&)
+    {
+        return tpipe::erase_channel(std::make_unique<tpipe::local_channel<T>>());
+    }
+};
 
 std::vector<std::string> names_cache = tpipe::schedule_names();
 
@@ -95,7 +66,9 @@ tpipe::program program_for(const std::string& name, int P, int M)
 
 enum threading : int { default_threads = 0, thread_per_rank = 1, one_thread = 2 };
 
-void BM_overhead(benchmark::State& state)
+//! BM_overhead (x null) and BM_overhead_erased (every boundary an any_channel).
+template <class X = tpipe::local_transport>
+void overhead(benchmark::State& state, X* x = nullptr)
 {
     const std::string& name = names_cache[static_cast<std::size_t>(state.range(0))];
     const int P = static_cast<int>(state.range(1));
@@ -112,7 +85,7 @@ void BM_overhead(benchmark::State& state)
             actions += s.actions;
             inside += s.time;
         }
-    });
+    }, x);
     state.SetLabel(name + " " + std::to_string(eng.threads()) + (eng.threads() == 1 ? " thread" : " threads"));
     state.counters["actions"] = static_cast<double>(prog.size());
     // From the first action's start to the last action's end, per action.
@@ -122,10 +95,12 @@ void BM_overhead(benchmark::State& state)
         benchmark::Counter(static_cast<double>(actions), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
-double median(std::vector<double> v)
+void BM_overhead(benchmark::State& state) { overhead(state); }
+
+void BM_overhead_erased(benchmark::State& state)
 {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
+    erased_local_transport x;
+    overhead(state, &x);
 }
 
 void BM_efficiency(benchmark::State& state)
@@ -149,24 +124,6 @@ void BM_efficiency(benchmark::State& state)
     state.counters["simulated_ms"] = makespan * 1e3;
     state.counters["efficiency"] = makespan / mid;
     state.counters["overhead_ns_per_action"] = (mid - makespan) / static_cast<double>(prog.size()) * 1e9;
-}
-
-//! Forward-only program: P ranks, stage r on rank r, T units; each token flows 0 -> P-1.
-tpipe::program forward_only(int P, int T)
-{
-    tpipe::program p;
-    p.ranks = P;
-    p.stage_rank.clear();
-    for (int r = 0; r < P; ++r) p.stage_rank.push_back(r);
-    p.units = tpipe::microbatches(T);
-    p.actions.assign(static_cast<std::size_t>(P), {});
-    for (int r = 0; r < P; ++r)
-        for (int u = 0; u < T; ++u) {
-            if (r > 0) p.actions[r].push_back({r, tpipe::op::RECV_F, u, 0});
-            p.actions[r].push_back({r, tpipe::op::F, u, 0});
-            if (r + 1 < P) p.actions[r].push_back({r, tpipe::op::SEND_F, u, 0});
-        }
-    return p;
 }
 
 double tbb_pipeline_seconds(int P, int T, std::chrono::nanoseconds t, int lines)
@@ -256,6 +213,7 @@ void efficiency_args(benchmark::internal::Benchmark* b)
 } // namespace
 
 BENCHMARK(BM_overhead)->Apply(overhead_args)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_overhead_erased)->Apply(overhead_args)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_efficiency)->Apply(efficiency_args)->UseManualTime()->Iterations(11)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_peer_tbb)
     ->ArgsProduct({{2, 4, 8}, {0, 1000}, {0, 1}})

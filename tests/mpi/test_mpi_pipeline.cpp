@@ -3,15 +3,20 @@
 // program computes on threads in one process (integer stages: bitwise).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../exec/pipes.hpp"
 #include "mpi_suite.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"
+#include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/transport.hpp"
 #include "tpipe/schedule/csv.hpp"
@@ -120,6 +125,69 @@ TEST_CASE("several ranks per process: boundaries inside a process stay local, th
     tpipe::mpi::transport x(tpipe::world(P, 1, layout), 0);
     const outcome got = run_synthetic(prog, &x, P);
     REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
+}
+
+//! Stands for tpipe::cuda::peer_transport on the CPU: a transport that makes its own channels
+//! between ranks of this process, which copy the payload through its byte form (as a device copy
+//! does) instead of moving it, and count what they carried.
+class copying_transport {
+public:
+    template <tpipe::byte_payload T>
+    class channel_type : public tpipe::local_channel<T> {
+    public:
+        explicit channel_type(int& sent) : sent_(sent) {}
+        void send(int tag, T&& v)
+        {
+            using traits = tpipe::payload_traits<T>;
+            T copy = traits::make(traits::header_of(v));
+            const auto from = traits::bytes(std::as_const(v));
+            std::copy(from.begin(), from.end(), traits::bytes(copy).begin());
+            ++sent_;
+            tpipe::local_channel<T>::send(tag, std::move(copy));
+        }
+
+    private:
+        int& sent_;
+    };
+    static constexpr bool tpipe_local_connecting_transport = true;
+
+    template <tpipe::byte_payload T>
+    std::unique_ptr<channel_type<T>> connect_local(const tpipe::endpoint& e)
+    {
+        if (!e.sending) throw tpipe::error("copying_transport: connect_local of a receiving end");
+        ++connected;
+        return std::make_unique<channel_type<T>>(sent);
+    }
+    bool runs(int) const noexcept { return true; }
+    void agree(const std::string&) const noexcept {}
+    void fail(const std::string&) const noexcept {}
+    std::optional<std::string> failure() const noexcept { return std::nullopt; }
+    std::string where(int) const { return {}; }
+
+    int connected = 0, sent = 0;
+};
+using hybrid = tpipe::composed_transport<tpipe::mpi::transport, copying_transport>;
+static_assert(tpipe::local_connecting_transport<hybrid, synth::vec> && tpipe::transport_for<hybrid, synth::vec>);
+static_assert(!tpipe::transport_for<hybrid, int>, "the composition carries what Between carries");
+
+TEST_CASE("composed transports: copies inside a process, MPI between processes, one pipeline", "[mpi][run]")
+{
+    const int n = world_size();
+    const int P = 2 * n;  // ranks 2p and 2p+1 on process p: boundary 2p inside, 2p+1 between
+    std::vector<int> layout;
+    for (int r = 0; r < P; ++r) layout.push_back(r / 2);
+    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(P, 2));
+    const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, P);
+    tpipe::mpi::transport between(tpipe::world(P, 1, layout), 0);
+    copying_transport within;
+    hybrid x(between, within);
+    const outcome got = run_synthetic(prog, &x, P);
+    REQUIRE(tpipe_test::every_process(matches(prog, between, got, want)));
+    // This process's one inside boundary, both directions, got the copying channels; each
+    // carried every unit's activation or gradient, in each of the two iterations.
+    const int units = prog.units.units();
+    CHECK(within.connected == 2);
+    CHECK(within.sent == 2 * 2 * units);
 }
 
 TEST_CASE("a launch that does not fit the world is refused on every process with the same message", "[mpi][failure]")

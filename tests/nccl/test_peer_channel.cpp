@@ -12,7 +12,9 @@
 
 #include "affine.hpp"
 #include "fake_transport.hpp"
+#include "members.hpp"
 #include "tpipe/cuda/peer_transport.hpp"
+#include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
@@ -112,14 +114,14 @@ TEST_CASE("the runner's connect_local seam: a transport without it keeps local c
 {
     tpipe::local_transport local;
     tpipe::detail::boundary<dvec, tpipe::local_transport> a;
-    a.connect(local, tpipe::detail::boundary_ends::both_here, 0, 1, 0, 1, 4);
+    a.connect(local, tpipe::detail::boundary_ends::both_here, 0, 0, 1, 4);
     CHECK(!a.remote(true));
     CHECK(!a.remote(false));
 
     tpipe::nccl::fake::host_pool pool;
     peer_transport x(fake_copier{}, {0, 1}, {10, 11}, {&pool, &pool});
     tpipe::detail::boundary<dvec, peer_transport> b;
-    b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 1, 0, 1, 4);
+    b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 0, 1, 4);
     CHECK(b.remote(true));
     CHECK(b.remote(false));
 }
@@ -153,6 +155,57 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
         CHECK(copier.s->issued == 2 * 2 * nonempty);
         CHECK(pool.made == 2 * 2 * M);
+    }
+}
+
+using hybrid = tpipe::composed_transport<tpipe::nccl::fake::transport, peer_transport>;
+static_assert(tpipe::transport_for<hybrid, dvec> && tpipe::local_connecting_transport<hybrid, dvec>);
+static_assert(!tpipe::transport_for<hybrid, int>);
+
+TEST_CASE("composed transports: NCCL between processes (threads here), peer copies between the GPUs of each",
+          "[nccl][peer][composed]")
+{
+    // 2 processes x 2 GPUs: ranks 0, 1 on process 0 (GPUs 0, 1), ranks 2, 3 on process 1 (GPUs
+    // 0, 1). Boundaries 0 and 2 are peer copies inside a process, boundary 1 crosses over NCCL.
+    const int P = 4, M = 5, processes = 2;
+    const auto layout = tpipe::world(P, 1, {0, 0, 1, 1});
+    for (const char* name : {"gpipe", "1f1b"}) {
+        CAPTURE(name);
+        const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
+        std::mutex m;
+        std::map<int, dvec> ref_out, ref_dx, out, dx;
+        {
+            auto pipe = make_pipe(P);
+            tpipe::cpu_engine eng(P);
+            tpipe::run(pipe, prog, eng, io_into(ref_out, ref_dx, m));
+        }
+        tpipe::nccl::fake::world w;
+        tpipe::nccl::fake::notice_board board(processes);
+        tpipe::nccl::fake::host_pool nccl_pool;
+        auto comms = w.init_all(processes);
+        std::vector<fake_copier> copiers(processes);
+        std::vector<tpipe::nccl::fake::host_pool> gpu_pools(processes);
+        auto errors = tpipe::nccl::fake::on_threads(processes, [&](int me) {
+            tpipe::nccl::fake::control ctl(layout, me, board);
+            tpipe::nccl::fake::transport between(tpipe::nccl::fake::api{&w}, comms[static_cast<std::size_t>(me)], ctl, nccl_pool);
+            auto* pool = &gpu_pools[static_cast<std::size_t>(me)];
+            peer_transport within(copiers[static_cast<std::size_t>(me)], {0, 1, 0, 1}, {10, 11, 10, 11}, {pool, pool, pool, pool});
+            hybrid x(between, within);
+            auto pipe = make_pipe(P);
+            tpipe::cpu_engine eng(P);
+            tpipe::runner r(pipe, prog, eng, x);
+            r.run(io_into(out, dx, m));
+        });
+        for (const auto& e : errors) CHECK(e.empty());
+        CHECK(out == ref_out);
+        CHECK(dx == ref_dx);
+        // Each process's inside boundary copied every non-empty payload both ways; NCCL's
+        // receivers made the crossing boundary's payloads, both ways, on both processes.
+        int nonempty = 0;
+        for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
+        for (const auto& c : copiers) CHECK(c.s->issued == 2 * nonempty);
+        for (const auto& p : gpu_pools) CHECK(p.made == 2 * M);
+        CHECK(nccl_pool.made == 2 * M);
     }
 }
 

@@ -65,7 +65,7 @@ TEST_CASE("nccl channels: many tags of different sizes on two channels of one pa
             tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&p.w}, p.comms[me], ctl, p.pool);
             std::vector<std::unique_ptr<tpipe::nccl::fake::transport::channel_type<dvec>>> ch;
             for (int b = 0; b < 2; ++b)
-                ch.push_back(x.connect<dvec>(tpipe::endpoint{b, true, 0, 1, me == 0, tags, 2}));
+                ch.push_back(x.connect<dvec>(tpipe::endpoint{b, true, 0, 1, me == 0, tags}));
             tpipe::sync_wait([&]() -> tpipe::task<void> {
                 if (me == 0) {
                     if (!sends_first)
@@ -104,7 +104,7 @@ TEST_CASE("nccl channels: a payload for a channel the receiver does not have is 
         tpipe::nccl::fake::control ctl(p.layout, me, p.board);
         tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&p.w}, p.comms[me], ctl, p.pool);
         // The sender thinks it feeds boundary 1, the receiver waits on boundary 0.
-        auto ch = x.connect<dvec>(tpipe::endpoint{me == 0 ? 1 : 0, true, 0, 1, me == 0, 1, 2});
+        auto ch = x.connect<dvec>(tpipe::endpoint{me == 0 ? 1 : 0, true, 0, 1, me == 0, 1});
         tpipe::sync_wait([&]() -> tpipe::task<void> {
             if (me == 0) {
                 ch->send(0, dvec(3));

@@ -4,7 +4,8 @@
 // (tpipe/cuda/peer_channel.hpp) through connect_local (it is a tpipe::local_connecting_transport),
 // which moves the payload between ranks on one GPU and copies it (cudaMemcpyPeerAsync on the
 // receiver's transfer stream) between GPUs. It makes no channel to another process.
-// tpipe::cuda::peer_transport (tpipe/cuda/peer_runtime.hpp) is it over the CUDA runtime.
+// tpipe::cuda::peer_transport (tpipe/cuda/peer_runtime.hpp) is it over the CUDA runtime. Joined
+// with NCCL between processes by tpipe::composed_transport (tpipe/exec/composed_transport.hpp).
 //
 //   tpipe::cuda::engine eng({.gpu_of_device = {0, 1}});
 //   auto x = tpipe::cuda::make_peer_transport(eng, {0, 1}, {&pool0, &pool1});  // rank r on device r

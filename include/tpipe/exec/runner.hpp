@@ -260,7 +260,7 @@ private:
                                   : here_from               ? detail::boundary_ends::sender_here
                                   : here_to                 ? detail::boundary_ends::receiver_here
                                                             : detail::boundary_ends::none;
-                b->connect(*x_, ends, static_cast<int>(i), static_cast<int>(n) - 1, from, to, U_);
+                b->connect(*x_, ends, static_cast<int>(i), from, to, U_);
             } else {
                 b->reset(U_, true);
             }

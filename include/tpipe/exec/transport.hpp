@@ -9,7 +9,9 @@
 // tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
 // tpipe::local_transport (every rank here: it makes no channel), tpipe::mpi::transport (ranks
 // spread over MPI processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport
-// (GPUs of one process).
+// (GPUs of one process), and tpipe::composed_transport (tpipe/exec/composed_transport.hpp: one
+// transport between processes, another inside each, so neighbouring boundaries may get channels
+// of different types).
 //
 // The channel factory is per payload type: transport_for<X, T> holds when X::channel_type<T>
 // names a channel and connect<T>(endpoint) makes one. A transport that cannot carry a type (MPI
@@ -45,7 +47,6 @@ struct endpoint {
     int to_rank = 0;      //!< pipeline rank that receives
     bool sending = true;  //!< this process holds the sending end (else the receiving end)
     int tags = 0;         //!< messages per iteration: tags [0, tags)
-    int boundaries = 0;   //!< boundaries of the pipeline (to make tags unique per boundary)
 };
 
 //! The control plane: which ranks run here, where the others run, agreement and failure notices.

@@ -87,13 +87,16 @@ public:
     template <byte_payload T>
     std::unique_ptr<channel<T>> connect(const endpoint& e)
     {
+        // Each direction of each boundary owns a block of 2 * tags MPI tags (mpi::channel uses
+        // two per message), in boundary order; the last block of the boundary must fit.
         const long long base = 2LL * (2LL * e.boundary + (e.forward ? 0 : 1)) * e.tags;
-        const long long top = 2LL * (2LL * e.boundaries) * e.tags;
+        const long long top = 2LL * (2LL * e.boundary + 2) * e.tags;
         if (top > tag_ub_)
-            throw invalid_argument("mpi::transport: " + std::to_string(e.boundaries) + " boundaries x " +
-                                   std::to_string(e.tags) + " units need MPI tags up to " + std::to_string(top) +
+            throw invalid_argument("mpi::transport: boundary " + std::to_string(e.boundary) + " (between stages " +
+                                   std::to_string(e.boundary) + " and " + std::to_string(e.boundary + 1) + ") with " +
+                                   std::to_string(e.tags) + " units needs MPI tags up to " + std::to_string(top) +
                                    ", above this MPI's MPI_TAG_UB of " + std::to_string(tag_ub_) +
-                                   "; use fewer units per iteration");
+                                   "; use fewer units per iteration or fewer stages");
         const int peer = world_.process_of(replica_, e.sending ? e.to_rank : e.from_rank);
         return std::make_unique<channel<T>>(data_, peer, static_cast<int>(base), e.sending, e.tags);
     }

@@ -19,8 +19,10 @@
 // its own; a receive is posted only while a receiver waits, envelope then body, in the sender's
 // order. Meant for one pipeline rank per process (one GPU each, as NCCL needs): ranks of one
 // process share the communicators, and a receive one of them waits in holds back the sends of the
-// others on the same communicator. Boundaries inside a process are not NCCL's (the runner gives
-// them a local channel, or the transport's connect_local when it has one).
+// others on the same communicator. Boundaries inside a process are not NCCL's: the runner gives
+// them a local channel, or, with tpipe::composed_transport<nccl::transport, cuda::peer_transport>
+// (tpipe/exec/composed_transport.hpp), peer copies between the process's GPUs; then only the
+// ranks at a process's edges use NCCL.
 #include <memory>
 #include <mutex>
 #include <optional>

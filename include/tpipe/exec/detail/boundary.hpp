@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/exec/any_channel.hpp"
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/detail/any_awaiter.hpp"
 #include "tpipe/exec/detail/type_name.hpp"
@@ -65,13 +66,15 @@ public:
     T take(int tag) { return remote_ ? remote_->take(tag) : local().take(tag); }
     void arrival(any_awaiter& a, int tag)
     {
-        if (remote_) a.emplace<decltype(remote_->arrival(tag))>(remote_->arrival(tag));
-        else a.emplace<slot_wait>(local().arrival(tag));
+        if (!remote_) a.emplace<slot_wait>(local().arrival(tag));
+        else if constexpr (is_any_channel<Remote>) remote_->arrival_into(a, tag);  // not erased twice
+        else a.emplace<decltype(remote_->arrival(tag))>(remote_->arrival(tag));
     }
     void drain(any_awaiter& a)
     {
-        if (remote_) a.emplace<decltype(remote_->drain())>(remote_->drain());
-        else a.emplace<std::suspend_never>();
+        if (!remote_) a.emplace<std::suspend_never>();
+        else if constexpr (is_any_channel<Remote>) remote_->drain_into(a);
+        else a.emplace<decltype(remote_->drain())>(remote_->drain());
     }
     void reset(int tags, bool clear)
     {
@@ -155,15 +158,15 @@ public:
     //! Connects both directions of boundary `index` (stage index to stage index + 1, on ranks
     //! `from` and `to`) for `units` units. Refuses a boundary that needs a channel of the
     //! transport when the transport cannot carry T.
-    void connect(X& x, boundary_ends ends, int index, int boundaries, int from, int to, int units)
+    void connect(X& x, boundary_ends ends, int index, int from, int to, int units)
     {
         switch (ends) {
         case boundary_ends::none:
         case boundary_ends::same_rank: break;
         case boundary_ends::both_here:
             if constexpr (local_connecting_transport<X, T>) {  // the transport picks the channel (e.g. GPU peer copies)
-                fwd.connect_remote(x.template connect_local<T>(endpoint{index, true, from, to, true, units, boundaries}));
-                bwd.connect_remote(x.template connect_local<T>(endpoint{index, false, to, from, true, units, boundaries}));
+                fwd.connect_remote(x.template connect_local<T>(endpoint{index, true, from, to, true, units}));
+                bwd.connect_remote(x.template connect_local<T>(endpoint{index, false, to, from, true, units}));
             } else if constexpr (enable_local_connecting_transport<X>) {
                 refuse(index, "between two ranks of this process");
             } else {
@@ -175,8 +178,8 @@ public:
         case boundary_ends::receiver_here: {
             if constexpr (transport_for<X, T>) {
                 const bool here_first = ends == boundary_ends::sender_here;  // stage `index` runs here
-                fwd.connect_remote(x.template connect<T>(endpoint{index, true, from, to, here_first, units, boundaries}));
-                bwd.connect_remote(x.template connect<T>(endpoint{index, false, to, from, !here_first, units, boundaries}));
+                fwd.connect_remote(x.template connect<T>(endpoint{index, true, from, to, here_first, units}));
+                bwd.connect_remote(x.template connect<T>(endpoint{index, false, to, from, !here_first, units}));
             } else {
                 refuse(index, "between ranks " + std::to_string(from) + " and " + std::to_string(to) +
                                   ", which run in different processes");
