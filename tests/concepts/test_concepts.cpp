@@ -25,7 +25,9 @@
 #include "tpipe/elastic/elastic_latency.hpp"
 #include "tpipe/elastic/freeze.hpp"
 #include "tpipe/elastic/thread_driver.hpp"
+#include "tpipe/exec/any_channel.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
+#include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/local_connecting_transport.hpp"
@@ -307,6 +309,14 @@ static_assert(tpipe::has_channel_type_for<picking_transport, int> && !tpipe::has
 static_assert(tpipe::local_connecting_transport<picking_transport, int>);
 static_assert(!tpipe::local_connecting_transport<picking_transport, double>);  // it does not carry double
 static_assert(!tpipe::local_connecting_transport<half_transport, std::vector<float>>);  // not declared
+//! Composed: the types Between (half_transport) carries, inside the process through Within
+//! (picking_transport) when it carries them, through a local channel otherwise.
+using composed = tpipe::composed_transport<half_transport, picking_transport>;
+static_assert(tpipe::transport<composed> && tpipe::enable_local_connecting_transport<composed>);
+static_assert(tpipe::transport_for<composed, std::vector<float>> && tpipe::local_connecting_transport<composed, std::vector<float>>);
+static_assert(!tpipe::transport_for<composed, opaque> && !tpipe::local_connecting_transport<composed, opaque>);
+static_assert(!tpipe::transport_for<composed, int>);  // Within carries int, Between does not
+static_assert(tpipe::channel<tpipe::any_channel<std::vector<float>>> && tpipe::channel<tpipe::any_channel<opaque>>);
 
 // ---- communicators ----------------------------------------------------------------------------
 //! thread_communicator with an averaging all-reduce that counts its calls.

@@ -1,12 +1,15 @@
 #include <catch2/catch.hpp>
 
+#include <coroutine>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tpipe/async/awaitable.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/async/when_all.hpp"
@@ -145,37 +148,39 @@ TEST_CASE("tasks hop between loops and when_all joins across threads", "[exec][l
 }
 
 namespace {
-//! A poller that finishes after n polls and then posts its coroutine (stands in for a device
-//! event being queried from the loop).
-struct countdown_poller final : tpipe::poller {
-    int left;
-    tpipe::loop* l = nullptr;
-    tpipe::wake_node node{};
+//! A polled awaiter that finishes on its n-th settle() (stands in for a device event being
+//! queried from the loop).
+class countdown_poller final : public tpipe::polled_awaiter<countdown_poller> {
+public:
     explicit countdown_poller(int n) : left(n) {}
-    bool poll() noexcept override
-    {
-        if (--left > 0) return false;
-        l->post(&node);
-        return true;
-    }
-    bool await_ready() const noexcept { return left <= 0; }
-    void await_suspend(std::coroutine_handle<> h) noexcept
-    {
-        l = tpipe::loop::current();
-        node.handle = h;
-        l->add_poller(this);
-    }
     void await_resume() const noexcept {}
+    int left;
+    int settles = 0;
+
+private:
+    friend class tpipe::polled_awaiter<countdown_poller>;
+    bool settle() noexcept
+    {
+        ++settles;
+        return --left <= 0;
+    }
 };
+static_assert(tpipe::awaiter_of<countdown_poller, void>);
 } // namespace
 
-TEST_CASE("a loop polls its pollers while idle and resumes what they complete", "[exec][loop]")
+TEST_CASE("a loop settles its polled awaiters while idle and resumes what they complete", "[exec][loop]")
 {
     auto body = []() -> tpipe::task<int> {
         countdown_poller a{5}, b{50};
         co_await a;
         co_await b;
-        co_return a.left + b.left;
+        co_return a.settles + b.settles;
     };
-    CHECK(tpipe::sync_wait(body()) == 0);
+    CHECK(tpipe::sync_wait(body()) == 55);  // settled once by await_ready, then by the loop
+
+    // Without a loop (a plain thread), await_suspend settles it there and does not suspend.
+    countdown_poller c{3};
+    CHECK_FALSE(c.await_ready());
+    CHECK_FALSE(c.await_suspend(std::noop_coroutine()));
+    CHECK(c.settles == 3);
 }

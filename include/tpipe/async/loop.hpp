@@ -45,7 +45,8 @@ struct wake_node {
 };
 
 //! Something the loop polls while idle: it returns true once it has finished (and has posted
-//! whatever it resumes), and is then dropped from the loop's list.
+//! whatever it resumes), and is then dropped from the loop's list. Awaiters are pollers through
+//! tpipe::polled_awaiter (tpipe/async/polled_awaiter.hpp).
 class poller {
 public:
     virtual bool poll() noexcept = 0;
@@ -285,26 +286,6 @@ private:
     alignas(64) std::atomic<bool> sleeping_{false};
     std::atomic<std::uint32_t> epoch_{0};
 };
-
-namespace detail {
-//! The await_suspend of an awaiter that a poller completes (MPI requests, CUDA events, NCCL
-//! transfers): on a loop, register `self` as a poller of it (its poll() posts `node` once
-//! `step()` finished) and suspend; on a plain thread, run `step()` here, yielding the core
-//! between tries, and continue without suspending.
-template <class Step>
-bool suspend_polled(poller* self, wake_node& node, loop*& home, std::coroutine_handle<> h, Step&& step)
-{
-    loop* l = loop::current();
-    if (!l) {
-        while (!step()) std::this_thread::yield();
-        return false;
-    }
-    node.handle = h;
-    home = l;
-    l->add_poller(self);
-    return true;
-}
-} // namespace detail
 
 //! A loop with its own thread, driven until the loop_thread is destroyed.
 class loop_thread {

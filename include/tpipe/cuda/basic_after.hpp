@@ -29,6 +29,7 @@
 #include "tpipe/cuda/event_pool.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 
 namespace tpipe::cuda {
 
@@ -44,7 +45,7 @@ struct no_check {
 };
 
 template <driver D, class Check = no_check>
-class [[nodiscard]] basic_after final : private poller {
+class [[nodiscard]] basic_after final : public polled_awaiter<basic_after<D, Check>> {
 public:
     using stream_type = typename D::stream_type;
     using event_type = typename D::event_type;
@@ -74,12 +75,7 @@ public:
     basic_after& operator=(basic_after&&) = delete;
     ~basic_after() { give_back(); }
 
-    bool await_ready() { return pool_ == nullptr || step(); }
-
-    bool await_suspend(std::coroutine_handle<> h)
-    {
-        return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return step(); });
-    }
+    bool await_ready() { return pool_ == nullptr || settle(); }
 
     void await_resume()
     {
@@ -100,8 +96,10 @@ private:
         }
     }
 
+    friend class polled_awaiter<basic_after>;
+
     //! Queries once; true when finished (completed, failed or cancelled; the event is back then).
-    bool step() noexcept
+    bool settle() noexcept
     {
         if (cancelled_ && cancelled_->load(std::memory_order_acquire))
             return finish(std::make_exception_ptr(operation_cancelled()));
@@ -133,13 +131,6 @@ private:
         if (pool_) std::exchange(pool_, nullptr)->release(gpu_, event_);
     }
 
-    bool poll() noexcept override
-    {
-        if (!step()) return false;
-        home_->post(&node_);
-        return true;
-    }
-
     basic_event_pool<D>* pool_;  //!< null once the event went back
     D* d_;
     int gpu_;
@@ -149,8 +140,6 @@ private:
     [[no_unique_address]] Check check_;
     const std::atomic<bool>* cancelled_;
     std::exception_ptr error_{};
-    wake_node node_{};
-    loop* home_ = nullptr;
 };
 
 } // namespace tpipe::cuda

@@ -34,6 +34,7 @@
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/exec/stage.hpp"
 
 namespace tpipe::cuda {
@@ -199,15 +200,10 @@ private:
     }
 
     template <class Done>
-    class waiter final : private poller {
+    class waiter final : public polled_awaiter<waiter<Done>> {
     public:
         waiter(basic_peer_channel* c, Done d) : c_(c), done_(std::move(d)) {}
-        waiter(waiter&& o) noexcept : poller(), c_(o.c_), done_(std::move(o.done_)) {}
-        bool await_ready() { return settle(); }
-        bool await_suspend(std::coroutine_handle<> h)
-        {
-            return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return settle(); });
-        }
+        waiter(waiter&& o) noexcept : c_(o.c_), done_(std::move(o.done_)) {}
         void await_resume()
         {
             if (error_) std::rethrow_exception(error_);
@@ -215,6 +211,8 @@ private:
         }
 
     private:
+        friend class polled_awaiter<waiter>;
+
         bool settle() noexcept
         {
             if (c_->cancelled_.load(std::memory_order_acquire)) return true;
@@ -225,17 +223,9 @@ private:
                 return true;
             }
         }
-        bool poll() noexcept override
-        {
-            if (!settle()) return false;
-            home_->post(&node_);
-            return true;
-        }
         basic_peer_channel* c_;
         Done done_;
         std::exception_ptr error_{};
-        wake_node node_{};
-        loop* home_ = nullptr;
     };
 
     slot& at(int tag)

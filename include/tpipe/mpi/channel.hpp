@@ -36,6 +36,7 @@
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/exec/payload_traits.hpp"
 #include "tpipe/exec/recyclable_payload.hpp"
 #include "tpipe/mpi/error.hpp"
@@ -185,32 +186,21 @@ private:
 
     //! Awaits `done(channel)` from the loop: tested at once, then by a poller while idle.
     template <class Done>
-    struct waiter final : private poller {
+    struct waiter final : polled_awaiter<waiter<Done>> {
         channel* c;
         Done done;
-        wake_node node{};
-        loop* home = nullptr;
 
         waiter(channel* ch, Done d) : c(ch), done(std::move(d)) {}
-        waiter(const waiter& o) : poller(), c(o.c), done(o.done) {}
 
-        bool finished() noexcept { return c->cancelled_.load(std::memory_order_acquire) || c->failed() || done(*c); }
-        bool await_ready() { return finished(); }
-        bool await_suspend(std::coroutine_handle<> h)
+        bool settle() noexcept
         {
-            return detail::suspend_polled(this, node, home, h, [this] { return finished(); });
+            detail::note_tested();  // this thread drives MPI's progress: the progress thread may rest
+            return c->cancelled_.load(std::memory_order_acquire) || c->failed() || done(*c);
         }
         void await_resume()
         {
             if (c->cancelled_.load(std::memory_order_acquire)) throw operation_cancelled();
             c->rethrow_failure();
-        }
-        bool poll() noexcept override
-        {
-            detail::note_tested();  // this loop drives MPI's progress: the progress thread may rest
-            if (!finished()) return false;
-            home->post(&node);
-            return true;
         }
     };
     template <class Done>

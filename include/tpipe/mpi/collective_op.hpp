@@ -18,6 +18,7 @@
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
@@ -60,7 +61,7 @@ struct comm_state {
 };
 
 //! One collective as a small state machine of nonblocking MPI phases, polled from the loop.
-class collective_op : private poller {
+class collective_op : public polled_awaiter<collective_op> {
 public:
     collective_op(const collective_op&) = delete;
     collective_op& operator=(const collective_op&) = delete;
@@ -83,8 +84,8 @@ public:
     bool await_suspend(std::coroutine_handle<> h)
     {
         enqueue();
-        if (step()) return false;
-        return detail::suspend_polled(this, node_, loop_, h, [this] { return step(); });
+        if (settle()) return false;
+        return polled_awaiter::await_suspend(h);
     }
 
     void await_resume()
@@ -122,6 +123,8 @@ protected:
     bool done_ = false;
 
 private:
+    friend class polled_awaiter<collective_op>;
+
     void enqueue() noexcept
     {
         detail::begin_outstanding();
@@ -151,7 +154,7 @@ private:
     }
 
     //! Makes what progress it can; true once finished.
-    bool step() noexcept
+    bool settle() noexcept
     {
         if (s_->cancelled.load(std::memory_order_acquire)) {
             if (started_) s_->broken = true;  // MPI can neither cancel nor free a collective request
@@ -178,18 +181,9 @@ private:
         }
     }
 
-    bool poll() noexcept override
-    {
-        if (!step()) return false;
-        loop_->post(&node_);
-        return true;
-    }
-
     collective_op* next_ = nullptr;
     bool started_ = false;
     std::exception_ptr error_{};
-    wake_node node_{};
-    loop* loop_ = nullptr;
 };
 
 } // namespace detail

@@ -10,8 +10,8 @@
 // Semantics
 // - From construction until completion the request counts as outstanding for the progress
 //   thread (tpipe/mpi/progress.hpp), so the transfer progresses before it is awaited.
-// - await_ready tests the request once (MPI_Test). Otherwise await_suspend registers the
-//   awaiter as a tpipe::poller of loop::current() (it is on the loop's own thread then); the
+// - await_ready tests the request once (MPI_Test). Otherwise await_suspend (tpipe::polled_awaiter)
+//   registers the awaiter as a tpipe::poller of loop::current() (it is on the loop's own thread); the
 //   loop tests it while idle (a loop with pollers spins instead of sleeping) and resumes the
 //   coroutine on that loop once the request completes.
 // - Awaited where no loop is current (a plain thread), it tests in a loop on that thread,
@@ -38,19 +38,16 @@
 
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/mpi/error.hpp"
 #include "tpipe/mpi/progress.hpp"
 
 namespace tpipe::mpi {
 
-namespace detail {
-using tpipe::detail::suspend_polled;  // tpipe/async/loop.hpp: the await_suspend of polled awaiters
-} // namespace detail
-
 //! Whether MPI_Cancel applies to a request (point-to-point) or not (nonblocking collective).
 enum class request_kind : unsigned char { point_to_point, collective };
 
-class [[nodiscard]] request_wait final : private poller {
+class [[nodiscard]] request_wait final : public polled_awaiter<request_wait> {
 public:
     //! Takes ownership of a posted request (MPI_REQUEST_NULL: completes at once).
     //! `what` names the call in error messages (a string literal).
@@ -79,12 +76,7 @@ public:
             if (!error_ && is_cancelled()) error_ = std::make_exception_ptr(operation_cancelled());
             return true;
         }
-        return step();
-    }
-
-    bool await_suspend(std::coroutine_handle<> h)
-    {
-        return detail::suspend_polled(this, node_, loop_, h, [this] { return step(); });
+        return settle();
     }
 
     void await_resume()
@@ -103,10 +95,12 @@ public:
     }
 
 private:
+    friend class polled_awaiter<request_wait>;
+
     bool is_cancelled() const noexcept { return cancelled_ && cancelled_->load(std::memory_order_acquire); }
 
     //! Tests once; true when finished (completed, failed or cancelled; req_ is null then).
-    bool step() noexcept
+    bool settle() noexcept
     {
         if (is_cancelled()) {
             if (kind_ == request_kind::collective) {
@@ -167,13 +161,6 @@ private:
         detail::end_outstanding();
     }
 
-    bool poll() noexcept override
-    {
-        if (!step()) return false;
-        loop_->post(&node_);
-        return true;
-    }
-
     MPI_Request req_ = MPI_REQUEST_NULL;
     MPI_Status status_{};
     const std::atomic<bool>* cancelled_ = nullptr;
@@ -183,8 +170,6 @@ private:
     bool cancel_requested_ = false;
     std::chrono::steady_clock::time_point cancel_deadline_{};
     std::exception_ptr error_{};
-    wake_node node_{};
-    loop* loop_ = nullptr;
 };
 
 //! Awaitable completion of a posted point-to-point request (see request_wait).

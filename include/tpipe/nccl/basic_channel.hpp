@@ -34,6 +34,7 @@
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/detail/polled.hpp"
@@ -199,18 +200,16 @@ private:
 
     //! Awaits done(channel) (called under the transport's lock), polled from the loop.
     template <class Done>
-    struct waiter final : private poller {
+    struct waiter final : polled_awaiter<waiter<Done>> {
         basic_channel* c;
         const std::atomic<int>* receiving;  //!< the slot a receiver waits on (nullptr: drain)
         Done done;
         bool counted = false;  //!< registered with the lane as a waiting receiver
         bool finished_ = false;
         std::exception_ptr error{};
-        wake_node node{};
-        loop* home = nullptr;
 
         waiter(basic_channel* ch, const std::atomic<int>* r, Done d) : c(ch), receiving(r), done(std::move(d)) {}
-        waiter(waiter&& o) noexcept : poller(), c(o.c), receiving(o.receiving), done(std::move(o.done)) {}
+        waiter(waiter&& o) noexcept : c(o.c), receiving(o.receiving), done(std::move(o.done)) {}
         ~waiter() { unregister(); }
 
         void unregister() noexcept
@@ -247,22 +246,11 @@ private:
             }
             return finished_;
         }
-        bool await_ready() { return settle(); }
-        bool await_suspend(std::coroutine_handle<> h)
-        {
-            return tpipe::detail::suspend_polled(this, node, home, h, [this] { return settle(); });
-        }
         void await_resume()
         {
             unregister();
             if (error) std::rethrow_exception(error);
             if (c->cancelled_.load(std::memory_order_acquire)) throw operation_cancelled();
-        }
-        bool poll() noexcept override
-        {
-            if (!settle()) return false;
-            home->post(&node);
-            return true;
         }
     };
     template <class Done>

@@ -17,6 +17,8 @@
 
 namespace tpipe::nccl {
 
+static_assert(transport_control<mpi::transport>);
+
 template <cuda::payload_pool Pool>
 using transport = basic_transport<runtime_api, mpi::transport, Pool>;
 static_assert(tpipe::transport<transport<cuda::memory_pool>>);

@@ -9,19 +9,19 @@
 #include <utility>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/async/loop.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
 
 namespace tpipe::nccl::detail {
 
 template <class Api, class Check>
-class [[nodiscard]] polled_completion final : private poller {
+class [[nodiscard]] polled_completion final : public polled_awaiter<polled_completion<Api, Check>> {
 public:
     polled_completion(Api& a, typename Api::stream_t s, std::string what, Check check)
         : api_(&a), marker_(a.record(s)), what_(std::move(what)), check_(std::move(check))
     {
     }
     polled_completion(polled_completion&& o) noexcept
-        : poller(), api_(o.api_), marker_(std::exchange(o.marker_, typename Api::marker_t{})), what_(std::move(o.what_)),
+        : api_(o.api_), marker_(std::exchange(o.marker_, typename Api::marker_t{})), what_(std::move(o.what_)),
           check_(std::move(o.check_)), error_(std::move(o.error_)), settled_(o.settled_)
     {
         o.api_ = nullptr;
@@ -32,17 +32,14 @@ public:
         if (api_) api_->release(marker_);
     }
 
-    bool await_ready() { return settle(); }
-    bool await_suspend(std::coroutine_handle<> h)
-    {
-        return tpipe::detail::suspend_polled(this, node_, home_, h, [this] { return settle(); });
-    }
     void await_resume()
     {
         if (error_) throw tpipe::error(what_ + ": " + *error_);
     }
 
 private:
+    friend class polled_awaiter<polled_completion>;
+
     //! True once the marker completed or failed, or the check reported an error.
     bool settle() noexcept
     {
@@ -57,21 +54,12 @@ private:
         }
         return settled_ = error_.has_value();
     }
-    bool poll() noexcept override
-    {
-        if (!settle()) return false;
-        home_->post(&node_);
-        return true;
-    }
-
     Api* api_;
     typename Api::marker_t marker_;
     std::string what_;
     Check check_;
     std::optional<std::string> error_;
     bool settled_ = false;
-    wake_node node_{};
-    loop* home_ = nullptr;
 };
 
 } // namespace tpipe::nccl::detail
