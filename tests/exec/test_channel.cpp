@@ -1,10 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <coroutine>
+#include <cstddef>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "tpipe/exec/any_channel.hpp"
+#include "tpipe/exec/detail/any_awaiter.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/local_channel.hpp"
 #include "tpipe/async/sync_wait.hpp"
@@ -150,6 +154,37 @@ TEST_CASE("an erased channel forwards every operation to its model, across loops
         co_return false;
     };
     CHECK(tpipe::sync_wait(waiter()));
+}
+
+namespace {
+//! An awaiter bigger than any_awaiter's in-place room, counting its lives.
+struct big_awaiter {
+    std::array<std::byte, 4 * tpipe::detail::any_awaiter::capacity> room{};
+    int* alive;
+    explicit big_awaiter(int* a) : alive(a) { ++*alive; }
+    big_awaiter(big_awaiter&& o) noexcept : alive(o.alive) { ++*alive; }
+    ~big_awaiter() { --*alive; }
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<>) noexcept { return false; }  // resumes at once
+    void await_resume() const noexcept {}
+};
+} // namespace
+
+TEST_CASE("the runner's awaiter holder takes awaiters of any size: in place when they fit, else on the heap",
+          "[exec][channel]")
+{
+    int alive = 0;
+    {
+        tpipe::detail::any_awaiter a;
+        a.emplace<big_awaiter>(&alive);
+        CHECK(alive == 1);
+        auto wait = [](tpipe::detail::any_awaiter& w) -> tpipe::task<void> { co_await w; };
+        tpipe::sync_wait(wait(a));
+        a.emplace<std::suspend_never>();  // the big one is destroyed and freed
+        CHECK(alive == 0);
+        a.emplace<big_awaiter>(&alive);
+    }
+    CHECK(alive == 0);  // and when the holder goes
 }
 
 TEST_CASE("cpu_engine drives devices on at most one thread per device, in contiguous blocks", "[exec][engine]")

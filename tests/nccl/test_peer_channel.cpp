@@ -101,6 +101,14 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out,
 
 tpipe::uniform_pipeline<affine> make_pipe(int n) { return tpipe::uniform_pipeline<affine>(nccl_test::affine_stages(n)); }
 
+//! The reference: `prog` in this process with local channels.
+void run_locally(const tpipe::program& prog, const tpipe::io_for<tpipe::uniform_pipeline<affine>>& io)
+{
+    auto pipe = make_pipe(prog.stages());
+    tpipe::cpu_engine eng(prog.ranks);
+    tpipe::run(pipe, prog, eng, io);
+}
+
 } // namespace
 
 static_assert(tpipe::transport<peer_transport>);
@@ -135,11 +143,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
         std::mutex m;
         std::map<int, dvec> ref_out, ref_dx, out, dx;
-        {
-            auto pipe = make_pipe(P);
-            tpipe::cpu_engine eng(P);
-            tpipe::run(pipe, prog, eng, io_into(ref_out, ref_dx, m));
-        }
+        run_locally(prog, io_into(ref_out, ref_dx, m));
         tpipe::nccl::fake::host_pool pool;
         fake_copier copier;
         peer_transport x(copier, {0, 0, 1}, {10, 11, 12}, {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
@@ -174,11 +178,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
         std::mutex m;
         std::map<int, dvec> ref_out, ref_dx, out, dx;
-        {
-            auto pipe = make_pipe(P);
-            tpipe::cpu_engine eng(P);
-            tpipe::run(pipe, prog, eng, io_into(ref_out, ref_dx, m));
-        }
+        run_locally(prog, io_into(ref_out, ref_dx, m));
         tpipe::nccl::fake::world w;
         tpipe::nccl::fake::notice_board board(processes);
         tpipe::nccl::fake::host_pool nccl_pool;

@@ -107,6 +107,7 @@ public:
             [this] {
                 for (C* c : distinct_) c->reset();
             },
+            "data-parallel all-reduce",
         };
     }
 

@@ -25,6 +25,7 @@ struct backward_hook {
     std::function<task<void>(int stage)> start;  //!< empty: no hook
     std::function<void()> cancel;                //!< the iteration failed: make started work end soon
     std::function<void()> reset;                 //!< before every iteration
+    std::string what = "after-backward work";    //!< what the work is, in the runner's messages
 };
 
 //! How to run: placement of ranks on devices, watchdog, validation.
@@ -36,7 +37,7 @@ struct run_options {
     //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
     //! action and none per send or receive.
     bool trace = false;
-    //! Work after each stage's last backward (data parallelism); see backward_hook.
+    //! Work after each stage's last backward (e.g. tpipe::data_parallel's); see backward_hook.
     backward_hook after_backward{};
     //! Called once, from the thread in run(), when the watchdog fired and a rank has still not
     //! finished one watchdog period later: a stage function that never returns (cancellation

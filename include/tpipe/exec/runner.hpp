@@ -195,7 +195,8 @@ public:
                               watchdog_error(detail::stuck_report(prog_, progress_.get(), where_.device,
                                                                   std::chrono::duration<double>(opts_.watchdog).count(),
                                                                   [&](int r) { return x_->where(r); },
-                                                                  [&](int r) { return tpipe::engine_waits(eng_, where_.device[r]); }))),
+                                                                  [&](int r) { return tpipe::engine_waits(eng_, where_.device[r]); },
+                                                                  opts_.after_backward.what))),
                           true);
                 return true;
             },
@@ -398,12 +399,12 @@ private:
                 for (auto& j : jobs) j->body.result();  // rethrows the first failure
             }
         } catch (const operation_cancelled&) {
-            // Cancelled by this runner: its error is recorded. Otherwise a communicator of the
-            // after-backward work was cancelled by another replica that failed.
+            // Cancelled by this runner: its error is recorded. Otherwise the after-backward work
+            // was cancelled from elsewhere (a data_parallel communicator, by another replica
+            // that failed).
             if (!cancel_.load(std::memory_order_seq_cst))
-                set_error(std::make_exception_ptr(peer_error(
-                              "rank " + std::to_string(r) + ": its after-backward work (data-parallel all-reduce) "
-                              "was cancelled because another replica's iteration failed")),
+                set_error(std::make_exception_ptr(peer_error("rank " + std::to_string(r) + ": its " + opts_.after_backward.what +
+                                                             " was cancelled from outside this runner (another replica or process it works with failed its iteration)")),
                           false);
         } catch (...) {
             fail(r, std::min(i, steps.size() - 1), std::current_exception());

@@ -50,7 +50,8 @@ inline std::string what_of(const std::exception_ptr& e)
 //! rank r is running waits for (the engine knows: e.g. a GPU stream), empty if nothing.
 inline std::string stuck_report(const program& prog, const rank_progress* progress, const std::vector<int>& device,
                                 double seconds, const std::function<std::string(int)>& where,
-                                const std::function<std::string(int)>& running = {})
+                                const std::function<std::string(int)>& running = {},
+                                const std::string& after_backward = "after-backward work")
 {
     std::string m = "watchdog: no rank started a new action for " + std::to_string(seconds) + " s;";
     for (int r = 0; r < prog.ranks; ++r) {
@@ -63,8 +64,7 @@ inline std::string stuck_report(const program& prog, const rank_progress* progre
             continue;
         }
         if (progress[r].draining.load(std::memory_order_relaxed)) {
-            m += "ran every action and waits for the transport to deliver its sends or for its after-backward "
-                 "work (data-parallel all-reduce);";
+            m += "ran every action and waits for the transport to deliver its sends or for its " + after_backward + ";";
             continue;
         }
         const action& a = prog.actions[r][at - 1];
