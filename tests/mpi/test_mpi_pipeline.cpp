@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -135,7 +136,7 @@ public:
     template <tpipe::byte_payload T>
     class channel_type : public tpipe::local_channel<T> {
     public:
-        explicit channel_type(int& sent) : sent_(sent) {}
+        explicit channel_type(std::atomic<int>& sent) : sent_(sent) {}
         void send(int tag, T&& v)
         {
             using traits = tpipe::payload_traits<T>;
@@ -147,7 +148,7 @@ public:
         }
 
     private:
-        int& sent_;
+        std::atomic<int>& sent_;  //!< shared by both directions, sent from two loops
     };
     static constexpr bool tpipe_local_connecting_transport = true;
 
@@ -164,7 +165,8 @@ public:
     std::optional<std::string> failure() const noexcept { return std::nullopt; }
     std::string where(int) const { return {}; }
 
-    int connected = 0, sent = 0;
+    int connected = 0;  //!< (at runner construction, on one thread)
+    std::atomic<int> sent{0};
 };
 using hybrid = tpipe::composed_transport<tpipe::mpi::transport, copying_transport>;
 static_assert(tpipe::local_connecting_transport<hybrid, synth::vec> && tpipe::transport_for<hybrid, synth::vec>);
