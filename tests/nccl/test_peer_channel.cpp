@@ -101,6 +101,14 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out,
 
 tpipe::uniform_pipeline<affine> make_pipe(int n) { return tpipe::uniform_pipeline<affine>(nccl_test::affine_stages(n)); }
 
+//! How many of the first m samples carry data (an empty payload is never copied).
+int nonempty_samples(int m)
+{
+    int n = 0;
+    for (int u = 0; u < m; ++u) n += !nccl_test::sample(0, u).empty();
+    return n;
+}
+
 //! The reference: `prog` in this process with local channels.
 void run_locally(const tpipe::program& prog, const tpipe::io_for<tpipe::uniform_pipeline<affine>>& io)
 {
@@ -155,8 +163,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         CHECK(out == ref_out);
         CHECK(dx == ref_dx);
         // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
-        int nonempty = 0;
-        for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
+        const int nonempty = nonempty_samples(M);
         CHECK(copier.s->issued == 2 * 2 * nonempty);
         CHECK(pool.made == 2 * 2 * M);
     }
@@ -201,8 +208,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         CHECK(dx == ref_dx);
         // Each process's inside boundary copied every non-empty payload both ways; NCCL's
         // receivers made the crossing boundary's payloads, both ways, on both processes.
-        int nonempty = 0;
-        for (int u = 0; u < M; ++u) nonempty += !nccl_test::sample(0, u).empty();
+        const int nonempty = nonempty_samples(M);
         for (const auto& c : copiers) CHECK(c.s->issued == 2 * nonempty);
         for (const auto& p : gpu_pools) CHECK(p.made == 2 * M);
         CHECK(nccl_pool.made == 2 * M);

@@ -403,8 +403,10 @@ private:
             // was cancelled from elsewhere (a data_parallel communicator, by another replica
             // that failed).
             if (!cancel_.load(std::memory_order_seq_cst))
-                set_error(std::make_exception_ptr(peer_error("rank " + std::to_string(r) + ": its " + opts_.after_backward.what +
-                                                             " was cancelled from outside this runner (another replica or process it works with failed its iteration)")),
+                set_error(std::make_exception_ptr(peer_error(
+                              "rank " + std::to_string(r) + ": its " + opts_.after_backward.what +
+                              " was cancelled from outside this runner (another replica or process it works with "
+                              "failed its iteration)")),
                           false);
         } catch (...) {
             fail(r, std::min(i, steps.size() - 1), std::current_exception());

@@ -47,11 +47,11 @@ inline std::string what_of(const std::exception_ptr& e)
 
 //! What every rank of this process waits for. `where(r)` names the process of a rank that runs
 //! elsewhere (empty for a rank of this process); `running(r)`, if given, what the compute that
-//! rank r is running waits for (the engine knows: e.g. a GPU stream), empty if nothing.
+//! rank r is running waits for (the engine knows: e.g. a GPU stream), empty if nothing;
+//! `after_backward` names the backward_hook's work.
 inline std::string stuck_report(const program& prog, const rank_progress* progress, const std::vector<int>& device,
                                 double seconds, const std::function<std::string(int)>& where,
-                                const std::function<std::string(int)>& running = {},
-                                const std::string& after_backward = "after-backward work")
+                                const std::function<std::string(int)>& running, const std::string& after_backward)
 {
     std::string m = "watchdog: no rank started a new action for " + std::to_string(seconds) + " s;";
     for (int r = 0; r < prog.ranks; ++r) {
