@@ -14,12 +14,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
 #include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
-#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
 #include "tpipe/elastic/driver_loop.hpp"
 #include "tpipe/elastic/elastic_latency.hpp"
@@ -183,11 +183,19 @@ struct undrained_channel {
     std::suspend_never arrival(int) { return {}; }
     bool ready(int) const { return false; }
     T take(int) { return T{}; }
-    void cancel() {}
+    void reset(int, std::stop_token) {}
+};
+//! A channel of the seam before the stop token: it drains, but has cancel() and reset(tags)
+//! (hiding reset(tags, stop)) instead of reset(tags, stop).
+template <class T>
+struct tokenless_channel : undrained_channel<T> {
+    std::suspend_never drain() { return {}; }
+    void cancel() noexcept {}
     void reset(int) {}
 };
 static_assert(tpipe::channel<tpipe::local_channel<int>> && tpipe::channel<tpipe::local_channel<std::unique_ptr<int>>>);
 static_assert(tpipe::channel<tpipe::detail::no_channel<int>> && !tpipe::channel<undrained_channel<int>>);
+static_assert(!tpipe::channel<tokenless_channel<int>>);
 
 struct opaque {  // a payload without a byte form
     int v = 0;
@@ -224,23 +232,21 @@ struct fake_engine : Base {
     }
 };
 struct plain {};
-struct with_cancel {  // declares and has cancel / reset_cancel / waiting_for
+struct with_cancel {  // declares and has reset(stop_token) / waiting_for; keeps every token it got
     static constexpr bool tpipe_cancellable_engine = true;
     static constexpr bool tpipe_reporting_engine = true;
-    std::atomic<int> cancels{0}, resets{0};
-    void cancel() noexcept { ++cancels; }
-    void reset_cancel() noexcept { ++resets; }
+    std::vector<std::stop_token> tokens;  // (reset runs on the thread in run())
+    void reset(std::stop_token t) { tokens.push_back(std::move(t)); }
     std::string waiting_for(int d) const { return "device " + std::to_string(d) + " waits for the fake GPU"; }
 };
 struct undeclared_cancel {  // has the members, declares nothing: the defaults apply
-    int cancels = 0;
-    void cancel() noexcept { ++cancels; }
-    void reset_cancel() noexcept {}
+    int resets = 0;
+    void reset(std::stop_token) { ++resets; }
     std::string waiting_for(int) const { return "never asked"; }
 };
-struct throwing_cancel {  // declares, but cancel may throw
+struct old_cancel {  // declares, but has the members of the seam before the stop token
     static constexpr bool tpipe_cancellable_engine = true;
-    void cancel() {}
+    void cancel() noexcept {}
     void reset_cancel() noexcept {}
 };
 struct int_report {  // declares, but waiting_for returns a number
@@ -259,8 +265,8 @@ static_assert(tpipe::engine<tpipe::cpu_engine> && tpipe::engine<plain_engine> &&
 static_assert(!tpipe::cancellable_engine<tpipe::cpu_engine> && !tpipe::reporting_engine<tpipe::cpu_engine>);
 static_assert(tpipe::cancellable_engine<gpu_like_engine> && tpipe::reporting_engine<gpu_like_engine>);
 static_assert(!tpipe::cancellable_engine<silent_engine> && !tpipe::reporting_engine<silent_engine>);  // not declared
-static_assert(tpipe::enable_cancellable_engine<fake_engine<throwing_cancel>> &&
-              !tpipe::cancellable_engine<fake_engine<throwing_cancel>>);
+static_assert(tpipe::enable_cancellable_engine<fake_engine<old_cancel>> &&
+              !tpipe::cancellable_engine<fake_engine<old_cancel>>);
 static_assert(tpipe::enable_reporting_engine<fake_engine<int_report>> && !tpipe::reporting_engine<fake_engine<int_report>>);
 static_assert(!tpipe::cancellable_engine<with_cancel>);  // the members without an engine
 
@@ -322,7 +328,6 @@ static_assert(tpipe::channel<tpipe::any_channel<std::vector<float>>> && tpipe::c
 //! thread_communicator with an averaging all-reduce that counts its calls.
 struct averaging_comm : tpipe::thread_communicator {
     static constexpr bool tpipe_averaging_communicator = true;
-    static constexpr bool tpipe_group_cancelling_communicator = false;  // declared off: cancel() only
     std::shared_ptr<std::atomic<int>> averages = std::make_shared<std::atomic<int>>(0);
     explicit averaging_comm(tpipe::thread_communicator c) : tpipe::thread_communicator(std::move(c)) {}
     averaging_comm split(int color, int key) { return averaging_comm(tpipe::thread_communicator::split(color, key)); }
@@ -342,8 +347,6 @@ static_assert(tpipe::communicator<tpipe::thread_communicator> && tpipe::communic
 static_assert(!tpipe::communicator<plain_engine> && !tpipe::communicator<tpipe::thread_group>);
 static_assert(tpipe::averaging_communicator<averaging_comm> && !tpipe::averaging_communicator<tpipe::thread_communicator>);
 static_assert(!tpipe::averaging_communicator<float_only_average>);  // and data_parallel<float_only_average> does not compile
-static_assert(tpipe::group_cancelling_communicator<tpipe::thread_communicator>);
-static_assert(!tpipe::group_cancelling_communicator<averaging_comm>);  // inherits cancel_group, declares it off
 static_assert(tpipe::reduce_scatter_communicator<tpipe::thread_communicator>);
 struct no_gather : tpipe::thread_communicator {  // a communicator that reduce-scatters but cannot gather back
     explicit no_gather(tpipe::thread_communicator c) : tpipe::thread_communicator(std::move(c)) {}
@@ -484,24 +487,25 @@ tpipe::program two_rank_program() { return tpipe::make_schedule("gpipe").program
 TEST_CASE("optional engine capabilities: declared ones are used, undeclared members are not, defaults otherwise",
           "[concepts][engine]")
 {
+    std::stop_source stop;
     gpu_like_engine gpu;
-    tpipe::cancel_computes(gpu);
-    tpipe::reset_cancel_computes(gpu);
-    CHECK(gpu.cancels == 1);
-    CHECK(gpu.resets == 1);
+    tpipe::reset_computes(gpu, stop.get_token());
+    REQUIRE(gpu.tokens.size() == 1);
+    CHECK(gpu.tokens[0] == stop.get_token());
     CHECK(tpipe::engine_waits(gpu, 1) == "device 1 waits for the fake GPU");
 
-    silent_engine silent;  // has cancel() but did not declare it: the default (nothing) applies
-    tpipe::cancel_computes(silent);
-    CHECK(silent.cancels == 0);
+    silent_engine silent;  // has reset(stop_token) but did not declare it: the default (nothing) applies
+    tpipe::reset_computes(silent, stop.get_token());
+    CHECK(silent.resets == 0);
     CHECK(tpipe::engine_waits(silent, 0).empty());
 
     tpipe::cpu_engine cpu(1);
-    tpipe::cancel_computes(cpu);
+    tpipe::reset_computes(cpu, stop.get_token());
     CHECK(tpipe::engine_waits(cpu, 0).empty());
 }
 
-TEST_CASE("the runner resets a cancellable engine before and after each iteration, and cancels it when one fails",
+TEST_CASE("the runner hands a cancellable engine each iteration's stop token, stopped when the iteration fails, and "
+          "no token after it",
           "[concepts][engine]")
 {
     auto pipe = tpipe::pipeline(int_stage{}, int_stage{});
@@ -510,41 +514,77 @@ TEST_CASE("the runner resets a cancellable engine before and after each iteratio
     io.source = [](const unit& u) { return u.microbatch; };
     tpipe::runner r(pipe, two_rank_program(), eng);
     r.run(io);
-    CHECK(eng.cancels == 0);
-    CHECK(eng.resets == 2);
+    REQUIRE(eng.tokens.size() == 2);
+    CHECK(eng.tokens[0].stop_possible());
+    CHECK_FALSE(eng.tokens[0].stop_requested());
+    CHECK_FALSE(eng.tokens[1].stop_possible());  // after the iteration: a token that never stops
     io.source = [](const unit&) -> int { throw std::runtime_error("source broke"); };
     CHECK_THROWS_AS(r.run(io), tpipe::execution_error);
-    CHECK(eng.cancels >= 1);
-    CHECK(eng.resets == 4);
+    REQUIRE(eng.tokens.size() == 4);
+    CHECK(eng.tokens[2].stop_requested());
+    CHECK(eng.tokens[2] != eng.tokens[0]);  // one stop source per iteration
+    CHECK_FALSE(eng.tokens[0].stop_requested());
+    CHECK_FALSE(eng.tokens[3].stop_possible());
 }
 
-TEST_CASE("group cancelling: declared, every member is cancelled; declared off, only the caller", "[concepts][comm]")
+//! Whether a barrier of `a` (on this thread) and `b` (on another) completes on both.
+bool barrier_completes(tpipe::thread_communicator& a, tpipe::thread_communicator& b)
 {
-    tpipe::thread_group g(2);
-    auto a = g.member(0), b = g.member(1);
-    tpipe::cancel_group_of(a);
-    std::vector<float> x(1, 1.0f);
-    CHECK_THROWS_AS(tpipe::sync_wait(sum_of(b, x)), tpipe::operation_cancelled);
-    a.reset();
-    b.reset();
-
-    tpipe::thread_group h(2);
-    averaging_comm c(h.member(0)), d(h.member(1));
-    tpipe::cancel_group_of(c);  // its own member only
-    std::vector<float> y(1, 1.0f);
-    CHECK_THROWS_AS(tpipe::sync_wait(sum_of(c, y)), tpipe::operation_cancelled);
-    c.reset();
-    std::atomic<int> failed{0};  // d was never cancelled: a barrier of both completes
+    std::atomic<int> failed{0};
     std::thread t([&] {
         try {
-            tpipe::sync_wait(barrier_of(d));
+            tpipe::sync_wait(barrier_of(b));
         } catch (...) {
             ++failed;
         }
     });
-    tpipe::sync_wait(barrier_of(c));
+    try {
+        tpipe::sync_wait(barrier_of(a));
+    } catch (...) {
+        ++failed;
+    }
     t.join();
-    CHECK(failed == 0);
+    return failed == 0;
+}
+
+TEST_CASE("a thread_communicator member whose iteration is stopped cancels its group; cancel() only itself",
+          "[concepts][comm]")
+{
+    std::vector<float> x(1, 1.0f);
+    SECTION("the stop token of a member's iteration reaches every member, also through a moved handle")
+    {
+        tpipe::thread_group g(2);
+        auto a = g.member(0), b = g.member(1);
+        std::stop_source stop;
+        a.reset(stop.get_token());
+        b.reset();
+        tpipe::thread_communicator moved = std::move(a);
+        stop.request_stop();
+        CHECK_THROWS_AS(tpipe::sync_wait(sum_of(b, x)), tpipe::operation_cancelled);
+        moved.reset();
+        b.reset();
+        CHECK(barrier_completes(moved, b));  // the next iteration is not cancelled
+    }
+    SECTION("the last iteration's token no longer cancels")
+    {
+        tpipe::thread_group g(2);
+        auto a = g.member(0), b = g.member(1);
+        std::stop_source last, now;
+        a.reset(last.get_token());
+        a.reset(now.get_token());
+        b.reset();
+        last.request_stop();
+        CHECK(barrier_completes(a, b));
+    }
+    SECTION("cancel() cancels the caller only")
+    {
+        tpipe::thread_group h(2);
+        averaging_comm c(h.member(0)), d(h.member(1));
+        c.cancel();
+        CHECK_THROWS_AS(tpipe::sync_wait(sum_of(c, x)), tpipe::operation_cancelled);
+        c.reset();
+        CHECK(barrier_completes(c, d));  // d was never cancelled
+    }
 }
 
 TEST_CASE("data_parallel averages through a declared averaging communicator, on the host otherwise", "[concepts][comm]")

@@ -4,6 +4,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <memory>
+#include <stop_token>
 #include <thread>
 #include <vector>
 
@@ -83,10 +84,12 @@ TEST_CASE("an undelivered payload is destroyed when its slot is reused, or by cl
     CHECK_FALSE(c.ready(2));
 }
 
-TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]")
+TEST_CASE("the iteration's stop token wakes a receiver that waits on another loop", "[exec][channel]")
 {
     tpipe::loop_thread a;
     tpipe::local_channel<int> c(1);
+    std::stop_source stop;
+    c.reset(1, stop.get_token());
     auto waiter = [&]() -> tpipe::task<bool> {
         co_await a.get().schedule();
         try {
@@ -98,7 +101,7 @@ TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]
     };
     auto canceller = [&]() -> tpipe::task<void> {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        c.cancel();
+        stop.request_stop();
         co_return;
     };
     auto [cancelled, none] = tpipe::sync_wait(tpipe::when_all(waiter(), canceller()));
@@ -107,6 +110,47 @@ TEST_CASE("cancel wakes a receiver that waits on another loop", "[exec][channel]
     c.reset(1);  // usable again
     c.send(0, 5);
     CHECK(c.take(0) == 5);
+}
+
+//! Whether awaiting the arrival of tag 0 on `c` throws operation_cancelled (a payload is sent
+//! first, so an arrival that is not cancelled completes at once).
+template <class C>
+bool arrival_cancelled(C& c)
+{
+    c.send(0, 7);
+    auto await = [](C& ch) -> tpipe::task<bool> {
+        try {
+            co_await ch.arrival(0);
+        } catch (const tpipe::operation_cancelled&) {
+            co_return true;
+        }
+        co_return false;
+    };
+    return tpipe::sync_wait(await(c));
+}
+
+TEST_CASE("a channel hears only the token of its current iteration", "[exec][channel]")
+{
+    tpipe::local_channel<int> c(1);
+    SECTION("a token stopped before the iteration starts cancels it at once")
+    {
+        std::stop_source stopped;
+        stopped.request_stop();
+        c.reset(1, stopped.get_token());
+        CHECK(arrival_cancelled(c));
+    }
+    SECTION("the last iteration's token no longer cancels")
+    {
+        std::stop_source last, now;
+        c.reset(1, last.get_token());
+        c.reset(1, now.get_token());
+        last.request_stop();
+        CHECK_FALSE(arrival_cancelled(c));
+        CHECK(c.take(0) == 7);
+        c.reset(1, now.get_token());
+        now.request_stop();
+        CHECK(arrival_cancelled(c));
+    }
 }
 
 TEST_CASE("an erased channel forwards every operation to its model, across loops and iterations", "[exec][channel]")
@@ -141,9 +185,10 @@ TEST_CASE("an erased channel forwards every operation to its model, across loops
         REQUIRE(got.size() == 8);
         for (int k = 0; k < 8; ++k) CHECK(got[static_cast<std::size_t>(k)] == 100 * it + 7 - k);
     }
-    c->reset(1);
+    std::stop_source stop;
+    c->reset(1, stop.get_token());
     CHECK(raw->tags() == 1);
-    c->cancel();  // the model's cancel: an arrival completes by throwing
+    stop.request_stop();  // reaches the model: an arrival completes by throwing
     auto waiter = [&]() -> tpipe::task<bool> {
         co_await a.get().schedule();
         try {

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -163,41 +165,52 @@ TEST_CASE("nccl communicator: collectives that differ across members are reporte
     }
 }
 
-TEST_CASE("nccl communicator: cancel() with work in flight aborts and throws operation_cancelled; without, reset() clears it",
+TEST_CASE("nccl communicator: cancellation (cancel() or the iteration's stop token) with work in flight aborts and "
+          "throws operation_cancelled; without, reset() clears it",
           "[nccl][communicator]")
 {
-    tpipe::nccl::fake::world w;
-    w.stall_timeout = std::chrono::hours(1);
-    auto comms = members(w, 2);
-    std::vector<std::byte> buf(4);
-    std::atomic<bool> waiting{false};
-    std::string error;
-    std::thread t([&] {
-        try {
-            run([&]() -> tpipe::task<void> {
-                auto r = comms[0].recv(1, 0, buf);  // rank 1 never sends
-                waiting = true;
-                co_await r;
-            });
-        } catch (const tpipe::operation_cancelled&) {
-            error = "cancelled";
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-    });
-    while (!waiting) std::this_thread::yield();
-    comms[0].cancel();
-    t.join();
-    CHECK(error == "cancelled");
-    CHECK(comms[0].aborted());
-    CHECK(w.aborts == 1);
-    CHECK_THROWS_WITH(comms[0].reset(), Catch::Contains("aborted"));
+    for (bool by_token : {false, true}) {
+        CAPTURE(by_token);
+        tpipe::nccl::fake::world w;
+        w.stall_timeout = std::chrono::hours(1);
+        auto comms = members(w, 2);
+        std::stop_source stops[2];
+        if (by_token)
+            for (int r = 0; r < 2; ++r) comms[r].reset(stops[r].get_token());
+        auto cancel = [&](int r) {
+            if (by_token) stops[r].request_stop();
+            else comms[r].cancel();
+        };
+        std::vector<std::byte> buf(4);
+        std::atomic<bool> waiting{false};
+        std::string error;
+        std::thread t([&] {
+            try {
+                run([&]() -> tpipe::task<void> {
+                    auto r = comms[0].recv(1, 0, buf);  // rank 1 never sends
+                    waiting = true;
+                    co_await r;
+                });
+            } catch (const tpipe::operation_cancelled&) {
+                error = "cancelled";
+            } catch (const std::exception& e) {
+                error = e.what();
+            }
+        });
+        while (!waiting) std::this_thread::yield();
+        cancel(0);
+        t.join();
+        CHECK(error == "cancelled");
+        CHECK(comms[0].aborted());
+        CHECK(w.aborts == 1);
+        CHECK_THROWS_WITH(comms[0].reset(), Catch::Contains("aborted"));
 
-    comms[1].cancel();  // nothing in flight: nothing to abort
-    CHECK_THROWS_AS(comms[1].barrier(), tpipe::operation_cancelled);
-    CHECK(!comms[1].aborted());
-    comms[1].reset();
-    CHECK(w.aborts == 1);
+        cancel(1);  // nothing in flight: nothing to abort
+        CHECK_THROWS_AS(comms[1].barrier(), tpipe::operation_cancelled);
+        CHECK(!comms[1].aborted());
+        comms[1].reset();
+        CHECK(w.aborts == 1);
+    }
 }
 
 TEST_CASE("nccl communicator: the watchdog aborts an operation that never completes", "[nccl][communicator]")

@@ -34,14 +34,18 @@
 //   start an operation when it is called (MPI posts p2p at the call) or when it is awaited.
 // - split(color, key) is a *blocking* collective meant for setup, called by every member: the
 //   members with the same color (>= 0) form a new communicator, ranked by (key, old rank).
-// - cancel() (noexcept, any thread): every pending and future operation of this member
-//   completes by throwing tpipe::operation_cancelled, so a member whose peer failed never
-//   waits forever. reset() clears it for the next iteration; call it only when no operation of
-//   this member is pending.
+// - reset(stop) starts this member's next iteration; call it only when no operation of this
+//   member is pending. Once `stop` is stopped (any thread: tpipe::run stops its iteration's
+//   token when the iteration fails), every pending and future operation of this member
+//   completes by throwing tpipe::operation_cancelled, so a member whose peer failed never waits
+//   forever. Members that no transport tells of each other's failures (threads of one process)
+//   cancel their whole group. A default std::stop_token never stops. A model may also offer a
+//   direct cancel() of its own.
 // - One member handle is used from one loop at a time; give each loop its own handle (split).
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stop_token>
 #include <type_traits>
 
 #include "tpipe/async/awaitable.hpp"
@@ -70,8 +74,7 @@ concept communicator =
         { c.send(i, i, cb) } -> awaitable_of<void>;
         { c.recv(i, i, b) } -> awaitable_of<void>;
         { c.split(i, i) } -> std::same_as<C>;
-        { c.cancel() } noexcept;
-        c.reset();
+        c.reset(std::stop_token{});
     };
 
 } // namespace tpipe

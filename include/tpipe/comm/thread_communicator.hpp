@@ -23,26 +23,28 @@
 //   into a receive already waiting for them) and completes at once; receives match by
 //   (source, tag) in FIFO order.
 // - Awaited on a thread that drives no tpipe::loop, an operation blocks that thread instead.
-// - cancel() cancels one member, cancel_group() and thread_group::cancel() every member (what a
-//   runner does when an iteration fails). reset() starts the member's next iteration: it drops
-//   the member's undelivered messages and clears its cancellation, except a group cancellation
-//   made in the iteration it starts (a replica that failed before this one began it).
+// - reset(stop) starts the member's next iteration: it drops the member's undelivered messages
+//   and clears its cancellation, except a group cancellation made in the iteration it starts (a
+//   replica that failed before this one began it). Once `stop` is stopped, the member cancels
+//   its whole group (cancel_group): no transport tells the replicas of one process about each
+//   other's failures. cancel() cancels one member, thread_group::cancel() every member.
 // - One mutex per group guards the bookkeeping; the reduction and copies run outside it.
 #include <coroutine>
 #include <exception>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <utility>
 
 #include "tpipe/comm/communicator.hpp"
-#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/comm/detail/thread_group_state.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/on_stop.hpp"
 
 namespace tpipe {
 
@@ -197,14 +199,20 @@ public:
         return c;
     }
 
+    //! Cancels this member only (any thread).
     void cancel() noexcept { g_->cancel(rank_); }
-    //! Cancels every member of the group (any thread) for this member's iteration: what a failed
-    //! replica does, since no transport tells the replicas of one process about each other's
-    //! failures. A member that has not yet reset for that iteration stays cancelled through its
-    //! reset (members reset once per iteration, as the runner does).
+    //! Cancels every member of the group (any thread) for this member's iteration: what a
+    //! stopped iteration does. A member that has not yet reset for that iteration stays
+    //! cancelled through its reset (members reset once per iteration, as the runner does).
     void cancel_group() noexcept { g_->cancel_all(rank_); }
-    static constexpr bool tpipe_group_cancelling_communicator = true;
-    void reset() { g_->reset(rank_); }
+    //! Starts this member's next iteration (see the file comment); its group is cancelled once
+    //! `stop` is stopped.
+    void reset(std::stop_token stop = {})
+    {
+        on_stop_.unwatch();
+        g_->reset(rank_);
+        on_stop_.watch(std::move(stop), group_canceller{g_, rank_});
+    }
 
 private:
     friend class thread_group;
@@ -233,9 +241,16 @@ private:
         return {g_.get(), rank_, op};
     }
 
+    struct group_canceller {  // holds the group: a handle's members move and die in any order
+        std::shared_ptr<detail::tc::group_state> g;
+        int rank;
+        void operator()() const noexcept { g->cancel_all(rank); }
+    };
+
     std::shared_ptr<detail::tc::group_state> g_;
     int rank_;
     reduction_order order_ = reduction_order::ring;
+    on_stop<group_canceller> on_stop_;
 };
 
 //! The shared state of n in-process members; hands out one handle per member.
@@ -263,7 +278,6 @@ private:
 };
 
 static_assert(communicator<thread_communicator>);
-static_assert(group_cancelling_communicator<thread_communicator>);
 static_assert(reduce_scatter_communicator<thread_communicator>);
 
 } // namespace tpipe

@@ -16,9 +16,9 @@
 //   loop (completion_mode::event_poll, the default) or by a host function that only posts the
 //   coroutine to its loop (completion_mode::host_func; the loop may sleep meanwhile). Either way
 //   the coroutine resumes on its loop, never on a driver thread, with fn's result or the error.
-// - cancel(): every compute waiting for the GPU resumes with tpipe::operation_cancelled (tpipe::run
-//   calls it when an iteration fails or its watchdog fires, so a GPU that never finishes becomes
-//   the watchdog's error, not a hang); reset_cancel() before the next iteration.
+// - reset(stop): once the iteration's stop token is stopped, every compute waiting for the GPU
+//   resumes with tpipe::operation_cancelled (tpipe::run stops it when an iteration fails or its
+//   watchdog fires, so a GPU that never finishes becomes the watchdog's error, not a hang).
 // - Pools: events() (completion events, reused), memory() (device and pinned buffers).
 #include <algorithm>
 #include <atomic>
@@ -40,6 +40,7 @@
 #include "tpipe/cuda/driver.hpp"
 #include "tpipe/cuda/event_pool.hpp"
 #include "tpipe/cuda/host_func_wait.hpp"
+#include "tpipe/async/on_stop.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/async/loop.hpp"
@@ -113,6 +114,7 @@ public:
     //! run: the driver finishes it).
     ~basic_engine()
     {
+        on_stop_.unwatch();
         loops_.clear();
         host_waits_.close();  // asks the streams which host functions will never run
         destroy_streams();
@@ -135,19 +137,20 @@ public:
     basic_memory_pool<D>& memory() noexcept { return memory_; }
     D& driver_ref() noexcept { return d_; }
 
-    //! Its computes wait for the GPU: tpipe::run interrupts them (cancel / reset_cancel) and the
+    //! Its computes wait for the GPU: tpipe::run interrupts them (reset's stop token) and the
     //! watchdog reports what they wait for (waiting_for).
     static constexpr bool tpipe_cancellable_engine = true;
     static constexpr bool tpipe_reporting_engine = true;
 
-    //! Every compute waiting for the GPU resumes with operation_cancelled (any thread).
-    void cancel() noexcept
+    //! Starts an iteration: once `stop` is stopped (any thread), every compute waiting for the
+    //! GPU resumes with operation_cancelled, and later ones do not wait. A default token never
+    //! stops.
+    void reset(std::stop_token stop)
     {
-        cancelled_.store(true, std::memory_order_release);
-        host_waits_.cancel_all();
+        on_stop_.unwatch();  // the last iteration's token must not cancel this one
+        cancelled_.store(false, std::memory_order_release);
+        on_stop_.watch(std::move(stop), canceller{this});
     }
-    //! Lets computes wait again (before the next iteration).
-    void reset_cancel() noexcept { cancelled_.store(false, std::memory_order_release); }
     bool cancelled() const noexcept { return cancelled_.load(std::memory_order_acquire); }
 
     //! What the computes of `device` wait for, empty if none waits for the GPU (any thread; the
@@ -310,6 +313,19 @@ private:
     std::unique_ptr<std::atomic<int>[]> waiting_;  //!< per device: computes suspended on the GPU
     std::vector<std::unique_ptr<loop_thread>> loops_;
     std::atomic<bool> cancelled_{false};
+
+    //! The stop token's callback: host-function waits sleep, so they are posted; polled ones
+    //! read cancelled_.
+    void cancel() noexcept
+    {
+        cancelled_.store(true, std::memory_order_release);
+        host_waits_.cancel_all();
+    }
+    struct canceller {
+        basic_engine* e;
+        void operator()() const noexcept { e->cancel(); }
+    };
+    on_stop<canceller> on_stop_;
 };
 
 } // namespace tpipe::cuda

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -137,9 +138,9 @@ public:
         });
     }
 
-    void cancel() noexcept { cancelled_.store(true, std::memory_order_seq_cst); }
-
-    void reset(int tags)
+    //! Starts a new iteration with room for `tags` tags (no receive may be in progress), whose
+    //! waits throw operation_cancelled once `stop` is stopped.
+    void reset(int tags, std::stop_token stop = {})
     {
         if (tags < 0) throw invalid_argument("peer_channel: the number of tags must be >= 0");
         std::lock_guard<std::mutex> g(m_);
@@ -154,7 +155,7 @@ public:
             s.value.reset();
             s.source.reset();
         }
-        cancelled_.store(false, std::memory_order_seq_cst);
+        stop_ = std::move(stop);
     }
 
     //! Copies issued so far (tests count them).
@@ -207,7 +208,7 @@ private:
         void await_resume()
         {
             if (error_) std::rethrow_exception(error_);
-            if (c_->cancelled_.load(std::memory_order_acquire)) throw operation_cancelled();
+            if (c_->stop_.stop_requested()) throw operation_cancelled();
         }
 
     private:
@@ -215,7 +216,7 @@ private:
 
         bool settle() noexcept
         {
-            if (c_->cancelled_.load(std::memory_order_acquire)) return true;
+            if (c_->stop_.stop_requested()) return true;
             try {
                 return done_(*c_);
             } catch (...) {
@@ -243,7 +244,7 @@ private:
     std::vector<slot> slots_;
     int tags_ = -1;
     std::size_t copies_ = 0;
-    std::atomic<bool> cancelled_{false};
+    std::stop_token stop_;  //!< the iteration's: its waits end once it is stopped
 };
 
 } // namespace tpipe::cuda

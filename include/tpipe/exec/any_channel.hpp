@@ -9,6 +9,7 @@
 // erased channel is not erased twice.
 #include <coroutine>
 #include <memory>
+#include <stop_token>
 #include <utility>
 
 #include "tpipe/exec/channel.hpp"
@@ -44,8 +45,7 @@ public:
     virtual void post(int tag) = 0;
     virtual bool ready(int tag) const noexcept = 0;
     virtual T take(int tag) = 0;
-    virtual void cancel() noexcept = 0;
-    virtual void reset(int tags) = 0;
+    virtual void reset(int tags, std::stop_token stop = {}) = 0;
     //! The model's arrival(tag) and drain() awaiters, built in `into`.
     virtual void arrival_into(detail::any_awaiter& into, int tag) = 0;
     virtual void drain_into(detail::any_awaiter& into) = 0;
@@ -65,8 +65,7 @@ public:
     void post(int tag) override { c_->post(tag); }
     bool ready(int tag) const noexcept override { return c_->ready(tag); }
     T take(int tag) override { return c_->take(tag); }
-    void cancel() noexcept override { c_->cancel(); }
-    void reset(int tags) override { c_->reset(tags); }
+    void reset(int tags, std::stop_token stop) override { c_->reset(tags, std::move(stop)); }
     void arrival_into(any_awaiter& into, int tag) override { into.emplace<decltype(c_->arrival(tag))>(c_->arrival(tag)); }
     void drain_into(any_awaiter& into) override { into.emplace<decltype(c_->drain())>(c_->drain()); }
 

@@ -6,14 +6,18 @@
 //   template <> inline constexpr bool tpipe::enable_cancellable_engine<my_engine> = true;
 //
 // and then must have
-//   void cancel() noexcept;        // any thread: every waiting compute resumes with operation_cancelled
-//   void reset_cancel() noexcept;  // before the next iteration: computes may wait again
+//   void reset(std::stop_token stop);  // before an iteration: from then on, once `stop` is
+//                                      // stopped, every waiting compute resumes with
+//                                      // operation_cancelled (a default token never stops)
 //
-// An engine that declares it with another signature (or a misspelled name) does not compile:
-// tpipe::run names the member and the signature expected. Default (not declared, like
-// tpipe::cpu_engine, whose computes never wait): cancelling an iteration interrupts the waits
-// of channels and hooks only. Model: tpipe::cuda::engine.
+// tpipe::run hands it the iteration's stop token, the one its channels and backward_hook get,
+// and a default token once the iteration is over. An engine that declares the capability with
+// another signature (or a misspelled name) does not compile: tpipe::run names the member and
+// the signature expected. Default (not declared, like tpipe::cpu_engine, whose computes never
+// wait): a stopped iteration interrupts the waits of channels and hooks only. Model:
+// tpipe::cuda::engine.
 #include <concepts>
+#include <stop_token>
 
 #include "tpipe/exec/engine.hpp"
 
@@ -23,11 +27,10 @@ namespace tpipe {
 template <class E>
 inline constexpr bool enable_cancellable_engine = requires { requires E::tpipe_cancellable_engine; };
 
-//! An engine that declares enable_cancellable_engine and has its two members.
+//! An engine that declares enable_cancellable_engine and has its reset.
 template <class E>
-concept cancellable_engine = engine<E> && enable_cancellable_engine<E> && requires(E& e) {
-    { e.cancel() } noexcept -> std::same_as<void>;
-    { e.reset_cancel() } noexcept -> std::same_as<void>;
+concept cancellable_engine = engine<E> && enable_cancellable_engine<E> && requires(E& e, std::stop_token t) {
+    { e.reset(t) } -> std::same_as<void>;
 };
 
 namespace detail {
@@ -35,32 +38,21 @@ namespace detail {
 template <class E>
 consteval bool check_cancellable_engine()
 {
-    if constexpr (enable_cancellable_engine<E>) {
-        static_assert(requires(E& e) {
-            { e.cancel() } noexcept -> std::same_as<void>;
-        }, "this engine declares tpipe::enable_cancellable_engine, so it must have `void cancel() noexcept`");
-        static_assert(requires(E& e) {
-            { e.reset_cancel() } noexcept -> std::same_as<void>;
-        }, "this engine declares tpipe::enable_cancellable_engine, so it must have `void reset_cancel() noexcept`");
-    }
+    if constexpr (enable_cancellable_engine<E>)
+        static_assert(requires(E& e, std::stop_token t) {
+            { e.reset(t) } -> std::same_as<void>;
+        }, "this engine declares tpipe::enable_cancellable_engine, so it must have `void reset(std::stop_token)`");
     return true;
 }
 } // namespace detail
 
-//! Interrupts the computes of `e` that wait (cancellable_engine); otherwise nothing to do.
+//! Starts an iteration of e's computes, interrupted once `stop` is stopped (cancellable_engine);
+//! otherwise nothing to do.
 template <engine E>
-void cancel_computes(E& e) noexcept
+void reset_computes(E& e, std::stop_token stop)
 {
     static_assert(detail::check_cancellable_engine<E>());
-    if constexpr (cancellable_engine<E>) e.cancel();
-}
-
-//! Lets the computes of `e` wait again after cancel_computes (cancellable_engine); otherwise nothing.
-template <engine E>
-void reset_cancel_computes(E& e) noexcept
-{
-    static_assert(detail::check_cancellable_engine<E>());
-    if constexpr (cancellable_engine<E>) e.reset_cancel();
+    if constexpr (cancellable_engine<E>) e.reset(std::move(stop));
 }
 
 } // namespace tpipe

@@ -20,11 +20,13 @@
 //   arrival(tag) returns an awaitable that completes once the payload has arrived; ready(tag)
 //   says whether it has; take(tag) moves it out. The awaiting coroutine resumes on the loop it
 //   suspended on.
-// - cancel() makes every pending and future arrival of the current iteration complete by
-//   throwing tpipe::operation_cancelled (any thread). reset(tags) starts a new iteration with
-//   room for `tags` messages; call it only when no receive is pending.
+// - reset(tags, stop) starts a new iteration with room for `tags` messages; call it only when no
+//   receive is pending. Once `stop` is stopped (the iteration failed: any thread), every pending
+//   and future arrival and drain of that iteration completes by throwing
+//   tpipe::operation_cancelled. A default std::stop_token never stops.
 #include <atomic>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -45,8 +47,7 @@ concept channel = payload<typename C::value_type> &&
                       { cc.ready(tag) } -> std::convertible_to<bool>;
                       { c.take(tag) } -> std::same_as<typename C::value_type>;
                       { c.drain() } -> awaitable_of<void>;
-                      c.cancel();
-                      c.reset(tag);
+                      c.reset(tag, std::stop_token{});
                   };
 
 namespace detail {

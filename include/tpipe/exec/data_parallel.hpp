@@ -31,15 +31,16 @@
 //   for (auto r : dp.shard<float>(s, n)) step(params, grads, r);  // 1/D of the optimizer state
 //   co_await dp.all_gather(s, params);                     // every replica the same bits
 //
-// Failure: when the iteration fails on a replica, the hook cancels its communicators. Members
-// in other processes learn of it through the transport (the runner stops with tpipe::peer_error
-// and cancels theirs); members on threads of one process (thread_communicator, a
-// tpipe::group_cancelling_communicator) are all cancelled at once, so no replica is left
-// waiting in a collective.
+// Failure: the hook hands the iteration's stop token to its communicators (reset), so when the
+// iteration fails on a replica, its members are cancelled. Members in other processes learn of
+// it through the transport (the runner stops with tpipe::peer_error and stops theirs); members
+// on threads of one process (thread_communicator) cancel their whole group, so no replica is
+// left waiting in a collective.
 #include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,7 +48,6 @@
 #include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/bucket_shard.hpp"
 #include "tpipe/comm/communicator.hpp"
-#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/gradients.hpp"
@@ -66,7 +66,7 @@ struct data_parallel_options {
 template <communicator C>
 class data_parallel {
     // A communicator that declares an optional capability must have its members (a sentence names them).
-    static_assert(detail::check_averaging_communicator<C>() && detail::check_group_cancelling_communicator<C>());
+    static_assert(detail::check_averaging_communicator<C>());
 
 public:
     using options = data_parallel_options;
@@ -101,11 +101,8 @@ public:
     {
         return backward_hook{
             [this](int stage) { return reduce(stage); },
-            [this] {
-                for (C* c : distinct_) cancel_group_of(*c);
-            },
-            [this] {
-                for (C* c : distinct_) c->reset();
+            [this](std::stop_token stop) {
+                for (C* c : distinct_) c->reset(stop);
             },
             "data-parallel all-reduce",
         };

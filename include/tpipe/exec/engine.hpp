@@ -41,7 +41,7 @@ struct probe_fn {
 //!
 //! Optional capabilities, which an engine declares explicitly (an engine whose computes wait for
 //! something outside the loop, such as a GPU stream, needs them so that a failed or stuck
-//! iteration ends instead of hanging): tpipe::cancellable_engine (cancel / reset_cancel,
+//! iteration ends instead of hanging): tpipe::cancellable_engine (reset(std::stop_token),
 //! tpipe/exec/cancellable_engine.hpp) and tpipe::reporting_engine (waiting_for, for the
 //! watchdog's report, tpipe/exec/reporting_engine.hpp). cpu_engine declares neither: its
 //! computes never wait.

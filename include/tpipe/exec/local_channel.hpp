@@ -7,6 +7,9 @@
 //   empty --recv suspends--> waiting --send--> full, and the sender posts the receiver to its loop
 //   waiting --cancel--> cancelled, and the canceller posts the receiver (which then throws)
 //
+// The canceller is the iteration's stop token (reset): a sleeping receiver has nobody to poll
+// for it, so the channel watches the token (tpipe::on_stop) and wakes the waiting slots.
+//
 // A slot whose word names an earlier iteration is empty, so starting the next iteration is one
 // increment. A payload an iteration left undelivered (after a failure) is destroyed when its
 // slot is written again, or at once by clear().
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <utility>
 
@@ -22,6 +26,7 @@
 #include "tpipe/exec/channel.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/on_stop.hpp"
 
 namespace tpipe {
 
@@ -106,12 +111,14 @@ public:
     local_channel(const local_channel&) = delete;
     local_channel& operator=(const local_channel&) = delete;
 
-    //! Starts a new iteration with room for tags [0, tags). O(1) when the number of tags is
-    //! unchanged: payloads the last iteration did not deliver stay until their slot is written
-    //! again (call clear() to destroy them now, e.g. after a failure).
-    void reset(int tags)
+    //! Starts a new iteration with room for tags [0, tags), cancelled once `stop` is stopped.
+    //! O(1) when the number of tags is unchanged: payloads the last iteration did not deliver
+    //! stay until their slot is written again (call clear() to destroy them now, e.g. after a
+    //! failure).
+    void reset(int tags, std::stop_token stop = {})
     {
         if (tags < 0) throw invalid_argument("local_channel: the number of tags must be >= 0");
+        on_stop_.unwatch();  // the last iteration's token must not cancel this one
         cancelled_.store(false, std::memory_order_seq_cst);
         if (tags != tags_) {
             slots_ = std::make_unique<slot[]>(static_cast<std::size_t>(tags));
@@ -122,9 +129,11 @@ public:
         } else {
             clear();
         }
+        on_stop_.watch(std::move(stop), canceller{this});
     }
 
-    //! Destroys every payload in the channel and starts a new iteration (O(tags)).
+    //! Destroys every payload in the channel and starts a new iteration (O(tags)) under the
+    //! same stop token.
     void clear()
     {
         for (int i = 0; i < tags_; ++i) {
@@ -134,7 +143,6 @@ public:
             slots_[i].waiter = nullptr;
         }
         iteration_ = 1;
-        cancelled_.store(false, std::memory_order_seq_cst);
     }
 
     int tags() const noexcept { return tags_; }
@@ -192,7 +200,9 @@ public:
         return awaiter{this, tag, arrival(tag)};
     }
 
-    //! Wakes every waiting receiver with tpipe::operation_cancelled. Any thread.
+private:
+    //! Wakes every waiting receiver with tpipe::operation_cancelled (the stop token's callback,
+    //! on the thread that stopped it).
     void cancel() noexcept
     {
         cancelled_.store(true, std::memory_order_seq_cst);
@@ -205,7 +215,6 @@ public:
         }
     }
 
-private:
     struct slot : detail::slot_header {
         std::optional<T> value;
     };
@@ -218,8 +227,14 @@ private:
 
     static constexpr std::uint32_t max_iteration = ~std::uint32_t{0} >> 3;
 
+    struct canceller {
+        local_channel* c;
+        void operator()() const noexcept { c->cancel(); }
+    };
+
     std::unique_ptr<slot[]> slots_;
     int tags_ = -1;
+    on_stop<canceller> on_stop_;  // last: unregistered before the slots go
 };
 
 } // namespace tpipe

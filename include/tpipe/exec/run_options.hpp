@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -23,9 +24,10 @@ namespace tpipe {
 //! their stages finished, so that every replica issues its collectives in the same order.
 struct backward_hook {
     std::function<task<void>(int stage)> start;  //!< empty: no hook
-    std::function<void()> cancel;                //!< the iteration failed: make started work end soon
-    std::function<void()> reset;                 //!< before every iteration
-    std::string what = "after-backward work";    //!< what the work is, in the runner's messages
+    //! Before every iteration, with its stop token: once the iteration fails (the token is
+    //! stopped), work started must end soon (with tpipe::operation_cancelled).
+    std::function<void(std::stop_token)> reset;
+    std::string what = "after-backward work";  //!< what the work is, in the runner's messages
 };
 
 //! How to run: placement of ranks on devices, watchdog, validation.

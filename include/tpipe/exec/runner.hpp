@@ -23,13 +23,15 @@
 // stage's input gradient (optional).
 //
 // Failure: an exception from a stage (or from source/loss/input_grad) cancels the iteration on
-// every device; run throws one tpipe::execution_error naming rank, device, stage, action and
-// unit, and tells the transport, which stops the other processes with a tpipe::peer_error. The
-// watchdog turns "no rank started a new action for `watchdog`" into a tpipe::watchdog_error
-// listing what every rank waits for. Cancellation is cooperative: waits are interrupted, a
-// stage function that never returns is not. A tpipe::cancellable_engine (the CUDA engine) has its
-// computes' waits interrupted too, and a tpipe::reporting_engine says in the watchdog's report
-// what such a compute waits for (tpipe/exec/cancellable_engine.hpp, reporting_engine.hpp).
+// every device: the iteration has one std::stop_source, whose token every channel, the engine
+// and the backward_hook got when it started, and the failure stops it. run throws one
+// tpipe::execution_error naming rank, device, stage, action and unit, and tells the transport,
+// which stops the other processes with a tpipe::peer_error. The watchdog turns "no rank started
+// a new action for `watchdog`" into a tpipe::watchdog_error listing what every rank waits for.
+// Cancellation is cooperative: waits are interrupted, a stage function that never returns is
+// not. A tpipe::cancellable_engine (the CUDA engine) has its computes' waits interrupted too,
+// and a tpipe::reporting_engine says in the watchdog's report what such a compute waits for
+// (tpipe/exec/cancellable_engine.hpp, reporting_engine.hpp).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -40,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -213,9 +216,9 @@ public:
                 if (opts_.on_stuck) opts_.on_stuck(report);
                 else std::fprintf(stderr, "tpipe::run: %s\n", report.c_str());
             });
-        // Every rank finished: nothing waits on the engine any more, so its cancellation (if
-        // the iteration failed) must not outlive the iteration.
-        reset_cancel_computes(eng_);
+        // Every rank finished: nothing waits on the engine any more, so this iteration's stop
+        // (if it failed) must not reach the engine's later computes.
+        reset_computes(eng_, {});
         roots.clear();
         tasks.clear();
         frame_.io = nullptr;
@@ -263,7 +266,7 @@ private:
                                                             : detail::boundary_ends::none;
                 b->connect(*x_, ends, static_cast<int>(i), from, to, U_);
             } else {
-                b->reset(U_, true);
+                b->reset(U_, true, {});
             }
             detail::stage_binding& sb = bindings_[i];
             sb.frame = &frame_;
@@ -277,16 +280,17 @@ private:
     //! Per-iteration state back to the start: storage, channels, counters.
     void prepare()
     {
-        // Consumption empties storage and channels; a forward-only program's loss seeds are
-        // overwritten when written again.
-        if (iterations_++ > 0)
-            for (auto& b : boundaries_) b->reset(U_, left_payloads_);
-        cancel_.store(false, std::memory_order_relaxed);
-        reset_cancel_computes(eng_);
+        // One stop source per iteration: every channel, the engine and the hook get its token, and
+        // a failure stops it (set_error). Consumption empties storage and channels; a
+        // forward-only program's loss seeds are overwritten when written again.
+        stop_ = std::stop_source();
+        const std::stop_token stop = stop_.get_token();
+        for (auto& b : boundaries_) b->reset(U_, left_payloads_, stop);
+        reset_computes(eng_, stop);
         error_ = nullptr;
         error_is_local_ = false;
         told_peers_ = false;
-        if (opts_.after_backward.reset) opts_.after_backward.reset();
+        if (opts_.after_backward.reset) opts_.after_backward.reset(stop);
         for (int r = 0; r < R_; ++r) {
             progress_[r].at.store(0, std::memory_order_relaxed);
             progress_[r].draining.store(false, std::memory_order_relaxed);
@@ -340,7 +344,7 @@ private:
         try {
             for (const detail::post_of& p : plan_.posts[r]) p.b->post(p.forward, p.u);
             for (; i < steps.size(); ++i) {
-                if (cancel_.load(std::memory_order_relaxed)) break;
+                if (stop_.stop_requested()) break;
                 const detail::step& st = steps[i];
                 prog.at.store(i + 1, std::memory_order_relaxed);
                 const bool compute = is_compute(st.kind);
@@ -386,7 +390,7 @@ private:
                 }
                 ++done;
             }
-            if ((!plan_.drains[r].empty() || !jobs.empty()) && !cancel_.load(std::memory_order_relaxed)) {
+            if ((!plan_.drains[r].empty() || !jobs.empty()) && !stop_.stop_requested()) {
                 prog.draining.store(true, std::memory_order_relaxed);
                 for (const detail::drain_of& d : plan_.drains[r]) {
                     detail::any_awaiter drained;
@@ -402,7 +406,7 @@ private:
             // Cancelled by this runner: its error is recorded. Otherwise the after-backward work
             // was cancelled from elsewhere (a data_parallel communicator, by another replica
             // that failed).
-            if (!cancel_.load(std::memory_order_seq_cst))
+            if (!stop_.stop_requested())
                 set_error(std::make_exception_ptr(peer_error(
                               "rank " + std::to_string(r) + ": its " + opts_.after_backward.what +
                               " was cancelled from outside this runner (another replica or process it works with "
@@ -422,18 +426,10 @@ private:
 
     // ---- failure, completion ------------------------------------------------------------------
 
-    //! Cancels everything of the iteration, also the computes an engine waits for (a GPU's work
-    //! that never completes must not hold the iteration: the engine's cancel() resumes them).
-    void cancel_all() noexcept
-    {
-        cancel_.store(true, std::memory_order_seq_cst);
-        cancel_computes(eng_);
-        for (auto& b : boundaries_) b->cancel();
-        if (opts_.after_backward.cancel) opts_.after_backward.cancel();
-    }
-
-    //! Records the first error of the iteration and cancels everything; `local`: it happened in
-    //! this process (so the other processes must be told).
+    //! Records the first error of the iteration and stops it: every channel's waits, the hook's
+    //! work and the computes an engine waits for end (a GPU's work that never completes must not
+    //! hold the iteration); `local`: it happened in this process (so the other processes must be
+    //! told).
     void set_error(std::exception_ptr e, bool local)
     {
         {
@@ -443,7 +439,7 @@ private:
                 error_is_local_ = local;
             }
         }
-        cancel_all();
+        stop_.request_stop();
     }
 
     void fail(int r, std::size_t i, std::exception_ptr cause)
@@ -481,13 +477,12 @@ private:
     std::vector<std::size_t> done_;        //!< per rank, actions executed
     std::vector<std::int64_t> transfers_;  //!< per rank, sends minus receives executed
     std::vector<int> peak_;
-    std::size_t iterations_ = 0;
     bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
     bool broken_ = false;         //!< an iteration failed with ranks in other processes
     std::atomic<bool> running_{false};  //!< run() is in progress (on some thread)
     std::uint64_t t0_ = 0;        //!< tick_clock at the start of the iteration
     double spt_ = 0;              //!< seconds per tick
-    std::atomic<bool> cancel_{false};
+    std::stop_source stop_;  //!< this iteration's: stopped when it fails
     std::mutex error_m_;
     std::exception_ptr error_;
     bool error_is_local_ = false;

@@ -28,6 +28,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,12 +146,11 @@ public:
     }
 
     // ---- both ends --------------------------------------------------------------------------
-    //! Every pending and future arrival and drain of this iteration throws operation_cancelled.
-    void cancel() noexcept { cancelled_.store(true, std::memory_order_seq_cst); }
 
-    //! Starts a new iteration with room for `tags` tags. Requests a cancelled iteration left
-    //! behind are cancelled and freed.
-    void reset(int tags)
+    //! Starts a new iteration with room for `tags` tags, whose arrivals and drains throw
+    //! operation_cancelled once `stop` is stopped. Requests a cancelled iteration left behind
+    //! are cancelled and freed.
+    void reset(int tags, std::stop_token stop = {})
     {
         if (tags < 0) throw invalid_argument("mpi::channel: the number of tags must be >= 0");
         std::lock_guard<std::mutex> g(m_);
@@ -166,7 +166,7 @@ public:
         }
         for (auto& s : sends_) s.value.reset();
         error_ = nullptr;
-        cancelled_.store(false, std::memory_order_seq_cst);
+        stop_ = std::move(stop);
     }
 
 private:
@@ -195,11 +195,11 @@ private:
         bool settle() noexcept
         {
             detail::note_tested();  // this thread drives MPI's progress: the progress thread may rest
-            return c->cancelled_.load(std::memory_order_acquire) || c->failed() || done(*c);
+            return c->stop_.stop_requested() || c->failed() || done(*c);
         }
         void await_resume()
         {
-            if (c->cancelled_.load(std::memory_order_acquire)) throw operation_cancelled();
+            if (c->stop_.stop_requested()) throw operation_cancelled();
             c->rethrow_failure();
         }
     };
@@ -361,7 +361,7 @@ private:
     std::vector<send_slot> sends_;
     std::vector<int> pending_recvs_, pending_sends_;
     std::atomic<int> unsent_{0};  //!< sends whose payload the transport still holds
-    std::atomic<bool> cancelled_{false};
+    std::stop_token stop_;  //!< the iteration's: its waits end once it is stopped
     std::atomic<bool> has_error_{false};
     std::exception_ptr error_;
 };

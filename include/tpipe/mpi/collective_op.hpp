@@ -51,7 +51,7 @@ struct comm_state {
     MPI_Comm ring_comm = MPI_COMM_NULL;  //!< a private duplicate for the ring's messages (never match the user's)
     int rank = 0, size = 1;
     std::atomic<bool> cancelled{false};
-    bool broken = false;  //!< a collective was abandoned by cancel()
+    bool broken = false;  //!< a collective was abandoned by a cancellation
     reduction_order order = reduction_order::ring;
     std::size_t chunk_bytes = std::size_t{1} << 20;
     std::vector<std::byte> scratch;  //!< the ring's receive pieces, or rank 0's gather buffer; reused
@@ -74,7 +74,7 @@ public:
         }
         if (s_->broken) {
             error_ = std::make_exception_ptr(tpipe::error(
-                "tpipe::mpi::communicator: a collective was abandoned by cancel(), so this communicator is unusable; end the job"));
+                "tpipe::mpi::communicator: a collective was abandoned by a cancellation, so this communicator is unusable; end the job"));
             return true;
         }
         if (s_->size == 1 && trivial_when_alone()) return true;

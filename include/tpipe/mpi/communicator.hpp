@@ -30,11 +30,11 @@
 //   can be posted early and awaited later); the bytes must stay valid until the awaitable has
 //   completed. At most INT_MAX bytes per message. recv checks the received size.
 // - split: MPI_Comm_split, blocking, for setup.
-// - cancel() (any thread): pending and future operations of this member resume with
-//   tpipe::operation_cancelled. Receives and sends are MPI_Cancel'ed (see request_wait). A
-//   collective in progress cannot be cancelled in MPI: the member stops waiting and the
-//   communicator becomes unusable (reset() then throws); the job is expected to end (MPI_Abort).
-//   cancel() is local: it does not tell the other members.
+// - Once reset's stop token is stopped, or after cancel() (any thread): pending and future
+//   operations of this member resume with tpipe::operation_cancelled. Receives and sends are
+//   MPI_Cancel'ed (see request_wait). A collective in progress cannot be cancelled in MPI: the
+//   member stops waiting and the communicator becomes unusable (reset() then throws); the job is
+//   expected to end (MPI_Abort). Cancellation is local: it does not tell the other members.
 // - One communicator is awaited from one loop at a time (use split or duplicate() per loop).
 #include <mpi.h>
 
@@ -48,6 +48,7 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -59,6 +60,7 @@
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/core/error.hpp"
+#include "tpipe/async/on_stop.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/mpi/collective_op.hpp"
@@ -227,6 +229,7 @@ public:
         if (this != &o) {
             release();
             s_ = std::move(o.s_);
+            on_stop_ = std::move(o.on_stop_);
         }
         return *this;
     }
@@ -236,7 +239,7 @@ public:
     int size() const noexcept { return s_->size; }
     //! The owned MPI communicator (for calls tpipe does not wrap).
     MPI_Comm native() const noexcept { return s_->comm; }
-    //! The flag cancel() sets, for awaiters built on this communicator (e.g. a channel's
+    //! The flag cancellation sets, for awaiters built on this communicator (e.g. a channel's
     //! tpipe::mpi::request_wait).
     const std::atomic<bool>& cancel_flag() const noexcept { return s_->cancelled; }
 
@@ -322,17 +325,21 @@ public:
     //! Another handle on the same members (MPI_Comm_dup, blocking collective), e.g. one per loop.
     communicator duplicate() const { return communicator(s_->comm); }
 
+    //! Cancels this member (any thread).
     void cancel() noexcept { s_->cancelled.store(true, std::memory_order_release); }
 
-    //! Clears cancellation for the next iteration (no operation may be pending). Throws if a
-    //! collective was abandoned: MPI cannot recover it.
-    void reset()
+    //! Clears cancellation for the next iteration (no operation may be pending), which is
+    //! cancelled once `stop` is stopped. Throws if a collective was abandoned: MPI cannot
+    //! recover it.
+    void reset(std::stop_token stop = {})
     {
+        on_stop_.unwatch();
         if (s_->broken)
             throw tpipe::error("tpipe::mpi::communicator::reset: a collective on rank " + std::to_string(rank()) +
-                               " was abandoned by cancel() or failed; MPI cannot cancel collectives, so this communicator is "
+                               " was abandoned by a cancellation or failed; MPI cannot cancel collectives, so this communicator is "
                                "unusable; end the job (MPI_Abort)");
         s_->cancelled.store(false, std::memory_order_release);
+        on_stop_.watch(std::move(stop), canceller{s_.get()});
     }
 
     //! Largest piece of a collective's message, in bytes (the ring keeps 4 in flight; the
@@ -362,6 +369,7 @@ private:
 
     void release() noexcept
     {
+        on_stop_.unwatch();
         if (!s_) return;
         if (s_->broken) {
             // MPI may still write the abandoned collective's buffers: keep them (and the
@@ -391,7 +399,13 @@ private:
                                    std::to_string(INT_MAX) + " bytes per message (split it)");
     }
 
+    struct canceller {
+        detail::comm_state* s;
+        void operator()() const noexcept { s->cancelled.store(true, std::memory_order_release); }
+    };
+
     std::unique_ptr<detail::comm_state> s_;
+    on_stop<canceller> on_stop_;
 };
 
 static_assert(tpipe::communicator<communicator>);

@@ -14,10 +14,10 @@
 // arrival(tag) completes once the body is in place (its transfer completed on the stream).
 //
 // Waits are tpipe::pollers of the waiting loop; they also poll ncclCommGetAsyncError, and on an
-// error abort the transport's communicators and throw tpipe::nccl::nccl_error. cancel() makes
-// waits throw tpipe::operation_cancelled; an NCCL transfer that was left half done cannot be
-// taken back, so the transport aborts its communicators when it is destroyed, and the runner
-// refuses to run again over it (as over MPI).
+// error abort the transport's communicators and throw tpipe::nccl::nccl_error. The iteration's
+// stop token (reset) makes waits throw tpipe::operation_cancelled; an NCCL transfer that was
+// left half done cannot be taken back, so the transport aborts its communicators when it is
+// destroyed, and the runner refuses to run again over it (as over MPI).
 #include <atomic>
 #include <coroutine>
 #include <cstddef>
@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,10 +155,10 @@ public:
     }
 
     // ---- both ends --------------------------------------------------------------------------
-    void cancel() noexcept { cancelled_.store(true, std::memory_order_seq_cst); }
 
-    //! Starts a new iteration with room for `tags` tags (no receive may be in progress).
-    void reset(int tags)
+    //! Starts a new iteration with room for `tags` tags (no receive may be in progress), whose
+    //! waits throw operation_cancelled once `stop` is stopped.
+    void reset(int tags, std::stop_token stop = {})
     {
         if (tags < 0) throw invalid_argument("nccl::channel: the number of tags must be >= 0");
         std::lock_guard<std::mutex> g(core_.m);
@@ -182,7 +183,7 @@ public:
             s.value.reset();
         }
         for (auto& s : sends_) s.value.reset();
-        cancelled_.store(false, std::memory_order_seq_cst);
+        stop_ = std::move(stop);
     }
 
 private:
@@ -223,7 +224,7 @@ private:
         bool settle() noexcept
         {
             if (finished_) return true;
-            if (c->cancelled_.load(std::memory_order_acquire)) return finished_ = true;
+            if (c->stop_.stop_requested()) return finished_ = true;
             std::unique_lock<std::mutex> g(c->core_.m, std::try_to_lock);
             if (!g.owns_lock()) return false;  // another loop is advancing the transport
             try {
@@ -250,7 +251,7 @@ private:
         {
             unregister();
             if (error) std::rethrow_exception(error);
-            if (c->cancelled_.load(std::memory_order_acquire)) throw operation_cancelled();
+            if (c->stop_.stop_requested()) throw operation_cancelled();
         }
     };
     template <class Done>
@@ -351,7 +352,7 @@ private:
     std::vector<int> pending_sends_;
     void* device_envelopes_ = nullptr;
     void* host_envelopes_ = nullptr;
-    std::atomic<bool> cancelled_{false};
+    std::stop_token stop_;  //!< the iteration's: its waits end once it is stopped
 };
 
 } // namespace tpipe::nccl

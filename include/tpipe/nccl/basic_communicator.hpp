@@ -31,13 +31,13 @@
 //   receive on one side first, or use tpipe::nccl::basic_transport, which groups them).
 // - split(color, key): ncclCommSplit, blocking, for setup; the new communicator has its own
 //   stream on the same GPU.
-// - cancel() (noexcept, any thread): pending and future operations throw
-//   tpipe::operation_cancelled. With NCCL work in flight, the communicator is aborted
-//   (ncclCommAbort: the only way to stop a kernel that waits for a dead peer) — by cancel()
-//   itself when the owning thread is inside an NCCL call (NCCL allows abort from another thread
-//   for exactly that), else by the owning loop's next poll. reset() then throws: an aborted
-//   NCCL communicator cannot be reused; bootstrap a new one. A cancel with nothing in flight
-//   aborts nothing, and reset() clears it.
+// - Once reset's stop token is stopped, or after cancel() (any thread): pending and future
+//   operations throw tpipe::operation_cancelled. With NCCL work in flight, the communicator is
+//   aborted (ncclCommAbort: the only way to stop a kernel that waits for a dead peer) — by the
+//   cancelling thread itself when the owning thread is inside an NCCL call (NCCL allows abort
+//   from another thread for exactly that), else by the owning loop's next poll. reset() then
+//   throws: an aborted NCCL communicator cannot be reused; bootstrap a new one. A cancel with
+//   nothing in flight aborts nothing, and reset() clears it.
 // - One communicator is used from one loop at a time (NCCL calls on one communicator must not
 //   run concurrently).
 #include <atomic>
@@ -49,12 +49,14 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <utility>
 
 #include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/communicator.hpp"
 #include "tpipe/core/error.hpp"
+#include "tpipe/async/on_stop.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
@@ -244,6 +246,7 @@ public:
         if (this != &o) {
             release();
             s_ = std::move(o.s_);
+            on_stop_ = std::move(o.on_stop_);
         }
         return *this;
     }
@@ -319,15 +322,13 @@ public:
     }
 
     //! See the header comment: aborts the NCCL communicator if work is in flight.
-    void cancel() noexcept
-    {
-        const unsigned before = s_->flags.fetch_or(state::cancelled, std::memory_order_acq_rel);
-        if (before & state::in_call) s_->abort_once();
-    }
+    void cancel() noexcept { canceller{s_.get()}(); }
 
-    //! Clears a cancel() that aborted nothing. Throws once the communicator was aborted.
-    void reset()
+    //! Clears a cancellation that aborted nothing, for the next iteration, which is cancelled
+    //! once `stop` is stopped. Throws once the communicator was aborted.
+    void reset(std::stop_token stop = {})
     {
+        on_stop_.unwatch();
         if (s_->flags.load(std::memory_order_acquire) & state::aborted)
             throw tpipe::error(s_->who() + " was aborted (" +
                                (s_->failure.empty() ? std::string("cancelled with work in flight") : s_->failure) +
@@ -336,6 +337,7 @@ public:
             throw tpipe::error(s_->who() + ": reset() while " + std::to_string(s_->inflight.load()) +
                                " operations are in flight; await them first");
         s_->flags.fetch_and(~unsigned{state::cancelled}, std::memory_order_acq_rel);
+        on_stop_.watch(std::move(stop), canceller{s_.get()});
     }
 
     //! Whether the NCCL communicator was aborted (by cancel(), an error or the watchdog).
@@ -351,6 +353,7 @@ private:
 
     void release() noexcept
     {
+        on_stop_.unwatch();
         if (!s_) return;
         if (!(s_->flags.load(std::memory_order_acquire) & state::aborted)) {
             if (s_->inflight.load(std::memory_order_acquire) != 0) s_->abort_once();  // nobody will wait for it
@@ -376,7 +379,17 @@ private:
         if (tag < 0) throw invalid_argument("tpipe::nccl::communicator: tag " + std::to_string(tag) + " is negative; tags are >= 0");
     }
 
+    struct canceller {
+        state* s;
+        void operator()() const noexcept
+        {
+            const unsigned before = s->flags.fetch_or(state::cancelled, std::memory_order_acq_rel);
+            if (before & state::in_call) s->abort_once();
+        }
+    };
+
     std::unique_ptr<state> s_;
+    on_stop<canceller> on_stop_;
 };
 
 } // namespace tpipe::nccl

@@ -5,7 +5,6 @@
 //   cudaSetDevice(gpu);
 //   auto id = tpipe::nccl::exchange_through_file(path, rank, tpipe::nccl::runtime_api::make_unique_id);
 //   auto world = tpipe::nccl::communicator::init({}, size, id, rank);
-#include "tpipe/comm/group_cancelling_communicator.hpp"
 #include "tpipe/nccl/basic_communicator.hpp"
 #include "tpipe/nccl/runtime_api.hpp"
 
@@ -13,6 +12,6 @@ namespace tpipe::nccl {
 
 using communicator = basic_communicator<runtime_api>;
 static_assert(tpipe::communicator<communicator>);
-static_assert(tpipe::averaging_communicator<communicator> && !tpipe::group_cancelling_communicator<communicator>);
+static_assert(tpipe::averaging_communicator<communicator>);
 
 } // namespace tpipe::nccl

@@ -9,6 +9,7 @@
 #include <concepts>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,17 +77,12 @@ public:
         else if constexpr (is_any_channel<Remote>) remote_->drain_into(a);
         else a.emplace<decltype(remote_->drain())>(remote_->drain());
     }
-    void reset(int tags, bool clear)
+    void reset(int tags, bool clear, const std::stop_token& stop)
     {
-        if (remote_) remote_->reset(tags);
+        if (remote_) remote_->reset(tags, stop);
         if (!local_) return;
-        local_->reset(tags);
         if (clear) local_->clear();
-    }
-    void cancel() noexcept
-    {
-        if (remote_) remote_->cancel();
-        if (local_) local_->cancel();
+        local_->reset(tags, stop);
     }
 
 private:
@@ -105,9 +101,9 @@ enum class boundary_ends { none, same_rank, both_here, sender_here, receiver_her
 class boundary_base {
 public:
     virtual ~boundary_base() = default;
-    //! Starts an iteration of `units` units; `clear` also destroys payloads left behind.
-    virtual void reset(int units, bool clear) = 0;
-    virtual void cancel() noexcept = 0;
+    //! Starts an iteration of `units` units, cancelled once `stop` is stopped; `clear` also
+    //! destroys payloads left behind.
+    virtual void reset(int units, bool clear, const std::stop_token& stop) = 0;
     //! Receiving end of the forward (activations) or backward (gradients) direction.
     virtual void post(bool forward, int tag) = 0;
     virtual void arrival(any_awaiter& a, bool forward, int tag) = 0;
@@ -128,8 +124,7 @@ struct no_channel {
     bool ready(int) const noexcept { return false; }
     T take(int) { unreachable(); }
     std::suspend_never drain() { unreachable(); }
-    void cancel() noexcept {}
-    void reset(int) noexcept {}
+    void reset(int, std::stop_token) noexcept {}
 };
 
 template <class X, class T>
@@ -187,23 +182,18 @@ public:
             break;
         }
         }
-        reset(units, true);
+        reset(units, true, {});
     }
 
-    void reset(int units, bool clear) override
+    void reset(int units, bool clear, const std::stop_token& stop) override
     {
-        fwd.reset(units, clear);
-        bwd.reset(units, clear);
+        fwd.reset(units, clear, stop);
+        bwd.reset(units, clear, stop);
         if (!clear) return;
         for (auto* v : {&act_out, &grad_out, &seed}) {
             v->clear();  // keeps the capacity: no allocation after the first iteration
             v->resize(static_cast<std::size_t>(units));
         }
-    }
-    void cancel() noexcept override
-    {
-        fwd.cancel();
-        bwd.cancel();
     }
     void post(bool forward, int tag) override { (forward ? fwd : bwd).post(tag); }
     void arrival(any_awaiter& a, bool forward, int tag) override { (forward ? fwd : bwd).arrival(a, tag); }
