@@ -48,7 +48,9 @@ activation<T> frozen_prefix<T>::forward(const batch& b, std::span<const std::int
     const auto rows = tpipe::elastic::frozen_outputs<activation<T>>(
         ids, frozen, cache_,
         [&](std::size_t r, std::optional<activation<T>> from, int lo, int hi) {
-            return run(one_row(r), from ? std::move(*from) : activation<T>{}, lo, hi);
+            activation<T> start;  // (assigned, not a ?: of two temporaries: GCC 12 at -O1 warned)
+            if (from) start = std::move(*from);
+            return run(one_row(r), std::move(start), lo, hi);
         },
         count_);
     activation<T> out{b.rows, L, std::vector<T>(static_cast<std::size_t>(b.rows * row))};
