@@ -20,7 +20,7 @@
 #include "stage_kernels.hpp"
 #include "tpipe/cuda/availability.hpp"
 #include "tpipe/cuda/engine.hpp"
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/lower.hpp"

@@ -19,7 +19,7 @@
 
 #include "tpipe/cuda/availability.hpp"
 #include <tpipe/cuda/engine.hpp>
-#include <tpipe/cuda/error.hpp>
+#include <tpipe/cuda/error_macros.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 

@@ -13,7 +13,7 @@
 
 #include "gpu_pipeline.hpp"
 #include "tpipe/cuda/engine.hpp"
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/cuda/runtime_driver.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"

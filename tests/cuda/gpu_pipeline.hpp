@@ -12,7 +12,7 @@
 #include "stage_kernels.hpp"
 #include "tpipe/core/unit.hpp"
 #include "tpipe/cuda/current.hpp"
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/cuda/memory_pool.hpp"
 
 namespace gpu {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <tpipe/cuda/engine.hpp>
-#include <tpipe/cuda/error.hpp>
+#include <tpipe/cuda/error_macros.hpp>
 #include <tpipe/schedule/by_name.hpp>
 
 #include "gpt_cuda/pipeline.hpp"

@@ -1,6 +1,6 @@
 #include "gpu_kernels.hpp"
 
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 
 namespace {
 __global__ void affine_k(const double* x, double* y, std::size_t n, double a, double b)

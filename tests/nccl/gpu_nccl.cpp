@@ -8,7 +8,7 @@
 
 #include "gpu_support.hpp"
 #include "tpipe/cuda/engine.hpp"
-#include "tpipe/cuda/peer_runtime.hpp"
+#include "tpipe/cuda/peer_transport.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/nccl/communicator.hpp"

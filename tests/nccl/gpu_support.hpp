@@ -14,7 +14,7 @@
 #include "affine.hpp"
 #include "gpu_kernels.hpp"
 #include "tpipe/cuda/current.hpp"
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/cuda/memory_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 #include "tpipe/exec/gradients.hpp"

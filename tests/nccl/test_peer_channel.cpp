@@ -13,7 +13,7 @@
 #include "affine.hpp"
 #include "fake_transport.hpp"
 #include "members.hpp"
-#include "tpipe/cuda/peer_transport.hpp"
+#include "tpipe/cuda/basic_peer_transport.hpp"
 #include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/run.hpp"

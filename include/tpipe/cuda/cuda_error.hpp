@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::cuda::cuda_error: a failed CUDA runtime call (or a failed asynchronous completion),
 // carrying the error code and the name of the call. No CUDA header here, so that the engine's
-// host-side logic and its CPU tests can name the error type (see error.hpp for the macros).
+// host-side logic and its CPU tests can name the error type (see error_macros.hpp for the macros).
 #include <string>
 #include <utility>
 

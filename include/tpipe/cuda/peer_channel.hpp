@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::cuda::basic_peer_channel<T, Copier, Pool>: a tpipe::channel between two stages of one
 // process whose ranks run on GPUs, for payloads with a device form (tpipe/cuda/peer_payload.hpp).
-// Made by tpipe::cuda::basic_peer_transport (tpipe/cuda/peer_transport.hpp) for the boundaries
+// Made by tpipe::cuda::basic_peer_transport (tpipe/cuda/basic_peer_transport.hpp) for the boundaries
 // whose two ranks run in this process.
 //
 // - Same GPU: the payload moves, no copy. This is safe because the runner sends a payload only

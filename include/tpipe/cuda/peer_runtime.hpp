@@ -1,17 +1,16 @@
 #pragma once
-// The CUDA runtime's peer copier (tpipe::cuda::peer_copier) and tpipe::cuda::peer_transport:
-// cudaMemcpyPeerAsync, completion markers from default_event_pool(). make_peer_transport takes
-// the placement from a tpipe::cuda::engine (GPU and transfer stream of each rank's device).
+// tpipe::cuda::peer_runtime: the CUDA runtime's peer copier (tpipe::cuda::peer_copier):
+// cudaMemcpyPeerAsync, completion markers from default_event_pool(). The NCCL runtime api takes
+// its markers from it too (tpipe/nccl/runtime_api.hpp).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <string>
-#include <vector>
 
 #include "tpipe/cuda/after.hpp"
-#include "tpipe/cuda/engine.hpp"
-#include "tpipe/cuda/error.hpp"
-#include "tpipe/cuda/peer_transport.hpp"
+#include "tpipe/cuda/error_macros.hpp"
+#include "tpipe/cuda/peer_channel.hpp"
+#include "tpipe/cuda/runtime_driver.hpp"
 
 namespace tpipe::cuda {
 
@@ -59,24 +58,5 @@ struct peer_runtime {
     }
 };
 static_assert(peer_copier<peer_runtime>);
-
-template <payload_pool Pool>
-using peer_transport = basic_peer_transport<peer_runtime, Pool>;
-static_assert(tpipe::transport<peer_transport<memory_pool>> && !tpipe::transport_for<peer_transport<memory_pool>, int>);
-static_assert(tpipe::enable_local_connecting_transport<peer_transport<memory_pool>>);
-
-//! Rank r on engine device device_of_rank[r]: its GPU and its transfer stream come from `eng`;
-//! its payloads from *pool_of_rank[r].
-template <payload_pool Pool>
-peer_transport<Pool> make_peer_transport(const engine& eng, const std::vector<int>& device_of_rank, std::vector<Pool*> pool_of_rank)
-{
-    std::vector<int> gpus;
-    std::vector<cudaStream_t> streams;
-    for (int d : device_of_rank) {
-        gpus.push_back(eng.gpu_of(d));
-        streams.push_back(eng.transfer_stream(d));
-    }
-    return peer_transport<Pool>(peer_runtime{}, std::move(gpus), std::move(streams), std::move(pool_of_rank));
-}
 
 } // namespace tpipe::cuda

@@ -12,7 +12,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/fingerprint.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 
 namespace tpipe::mpi {
 

@@ -40,7 +40,7 @@
 #include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/exec/payload_traits.hpp"
 #include "tpipe/exec/recyclable_payload.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
 

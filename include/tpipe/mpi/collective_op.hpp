@@ -19,7 +19,7 @@
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
 

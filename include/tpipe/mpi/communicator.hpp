@@ -64,7 +64,7 @@
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/mpi/collective_op.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/rank_order_all_reduce.hpp"
 #include "tpipe/mpi/request.hpp"

@@ -16,7 +16,7 @@
 //   the process with status 1 (mpirun then ends the job), instead of std::abort, which Open
 //   MPI's signal handler turns into a backtrace that hides the message.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
-//   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/error.hpp, tpipe::mpi::check).
+//   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
 
 #include <chrono>
@@ -29,7 +29,7 @@
 #include <thread>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 
 namespace tpipe::mpi {

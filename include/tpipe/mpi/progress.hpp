@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 
 namespace tpipe::mpi {
 

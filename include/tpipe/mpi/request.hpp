@@ -39,7 +39,7 @@
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 
 namespace tpipe::mpi {

@@ -24,7 +24,7 @@
 #include "tpipe/exec/world.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 
 namespace tpipe::mpi {
 

@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::nccl::basic_transport<Api, Control, Pool>: a tpipe::transport whose boundaries between
 // processes move device payloads over NCCL (tpipe/nccl/basic_channel.hpp). tpipe::nccl::transport
-// (tpipe/nccl/mpi_transport.hpp) is it over the real NCCL with tpipe::mpi::transport as the control.
+// (tpipe/nccl/transport.hpp) is it over the real NCCL with tpipe::mpi::transport as the control.
 //
 //   tpipe::mpi::environment env(argc, argv);
 //   auto w = tpipe::world::one_rank_per_process(P);              // one GPU per process

@@ -7,7 +7,7 @@
 //   auto world = tpipe::nccl::communicator::init(size, id, rank);
 #include <mpi.h>
 
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/nccl/api.hpp"
 
 namespace tpipe::nccl {

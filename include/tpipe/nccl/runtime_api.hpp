@@ -15,10 +15,10 @@
 #include <string>
 
 #include "tpipe/cuda/after.hpp"
-#include "tpipe/cuda/error.hpp"
+#include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/cuda/peer_runtime.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/nccl/error.hpp"
+#include "tpipe/nccl/error_macros.hpp"
 
 namespace tpipe::nccl {
 

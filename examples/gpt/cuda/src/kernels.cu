@@ -9,7 +9,7 @@
 #include <string>
 
 #include <tpipe/core/error.hpp>
-#include <tpipe/cuda/error.hpp>
+#include <tpipe/cuda/error_macros.hpp>
 
 namespace gpt::cuda {
 namespace {

@@ -1,7 +1,7 @@
 #include "gpt_cuda/model.hpp"
 
 #include <tpipe/cuda/current.hpp>
-#include <tpipe/cuda/error.hpp>
+#include <tpipe/cuda/error_macros.hpp>
 
 namespace gpt::cuda {
 

@@ -8,7 +8,7 @@
 
 #include <tpipe/core/json.hpp>
 #include <tpipe/cuda/availability.hpp>
-#include <tpipe/cuda/error.hpp>
+#include <tpipe/cuda/error_macros.hpp>
 
 #include "gpt/compare.hpp"
 #include "gpt_cuda/pipeline.hpp"

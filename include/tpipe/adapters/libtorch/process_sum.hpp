@@ -15,7 +15,7 @@
 #include "tpipe/adapters/libtorch/cut.hpp"
 #include "tpipe/adapters/libtorch/tensor_spec.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/mpi/error.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
 
 namespace tpipe::libtorch {
 

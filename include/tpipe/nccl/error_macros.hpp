@@ -1,5 +1,5 @@
 #pragma once
-// The NCCL half of tpipe's error macros (cpp-style rule 5; the CUDA half is tpipe/cuda/error.hpp):
+// The NCCL half of tpipe's error macros (cpp-style rule 5; the CUDA half is tpipe/cuda/error_macros.hpp):
 //   TPIPE_NCCL_TRY(ncclGroupEnd());                    // throws tpipe::nccl::nccl_error
 //   if (TPIPE_NCCL_LOG(ncclCommAbort(c)) != ncclSuccess) // noexcept paths: logs to stderr, returns the result
 //   TPIPE_NCCL_ASSERT(ncclCommCount(c, &n));           // debug builds: aborts on failure; NDEBUG: evaluates only
