@@ -1,8 +1,9 @@
 #pragma once
 // A test double of the CUDA runtime for the engine's CPU tests (models tpipe::cuda::driver).
 //
-// - A stream is a FIFO of operations: work (a "kernel", enqueued by launch()), event records and
-//   host functions. Operations complete in order, either when the test says so (complete(s, n),
+// - A stream is a FIFO of operations: work (a "kernel", enqueued by launch()), peer copies
+//   (memcpy_peer_async: the bytes land when the copy completes), event records and host
+//   functions. Operations complete in order, either when the test says so (complete(s, n),
 //   complete_all()) or on a "device" thread (start_device()), or at once (set_immediate(true)).
 // - An event completes when the operations before its record have: query() says not_ready
 //   until then, and after a failed kernel on its stream (the stream is broken from then on,
@@ -10,13 +11,14 @@
 // - Host functions run on the thread that completes them (the device thread, as on a GPU: a
 //   driver thread), and are skipped after a stream failure, as CUDA documents.
 // - Injected errors: a launch error (cudaGetLastError of the launching thread, non-sticky),
-//   a kernel that fails on the device, a memory limit for mallocs, stalled streams (never
+//   a kernel or a peer copy that fails on the device (fail_copies), a memory limit for mallocs, stalled streams (never
 //   complete: a hung GPU).
-// - Counts: mallocs, frees, events created, host functions run.
+// - Counts: mallocs, frees, events created, host functions run, peer copies issued.
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -42,12 +44,14 @@ struct event_state {
     int error = 0;
 };
 struct op {
-    enum kind_t { work, record, host } kind = work;
+    enum kind_t { work, record, host, copy } kind = work;
     event_state* event = nullptr;
     std::uint64_t generation = 0;
     void (*fn)(void*) = nullptr;
-    void* data = nullptr;
-    int error = 0;  //!< work: fails on the device with this code
+    void* data = nullptr;  //!< host: fn's argument; copy: the destination
+    int error = 0;         //!< work, copy: fails on the device with this code
+    const void* source = nullptr;  //!< copy
+    std::size_t bytes = 0;         //!< copy
 };
 struct stream_state {
     int gpu = 0;
@@ -158,6 +162,21 @@ public:
     int free_device(void* p) { return release(p); }
     int malloc_host(void** p, std::size_t n) { return allocate(p, n, false); }
     int free_host(void* p) { return release(p); }
+    int memcpy_peer_async(void* dst, int, const void* src, int, std::size_t n, stream_type s)
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            ++copies_;
+            int error = 0;
+            if (failing_copies_ > 0) {
+                --failing_copies_;
+                error = copy_error_;
+            }
+            s->ops.push_back(op{op::copy, nullptr, 0, nullptr, dst, error, src, n});
+        }
+        after_enqueue(s);
+        return 0;
+    }
     const char* error_name(int e) const noexcept
     {
         switch (e) {
@@ -200,6 +219,13 @@ public:
             s->ops.push_back(op{op::work, nullptr, 0, nullptr, nullptr, device_error});
         }
         after_enqueue(s);
+    }
+    //! The next n peer copies fail on the device with `error` (the stream breaks).
+    void fail_copies(int n, int error = code::illegal_address)
+    {
+        std::lock_guard<std::mutex> g(m_);
+        failing_copies_ = n;
+        copy_error_ = error;
     }
     //! The next n launches fail with cudaErrorInvalidConfiguration (a non-sticky launch error).
     void fail_launches(int n)
@@ -276,6 +302,7 @@ public:
     std::size_t events_created() const { return events_created_.load(); }
     std::size_t host_funcs_run() const { return host_runs_.load(); }
     std::size_t launches() const { return launches_.load(); }
+    std::size_t copies() const { return copies_.load(); }
     std::size_t bytes_live()
     {
         std::lock_guard<std::mutex> g(m_);
@@ -331,6 +358,11 @@ private:
         case op::work:
             if (o.error && !s->failed) s->failed = o.error;
             break;
+        case op::copy:
+            if (s->failed) break;  // a broken stream runs nothing more
+            if (o.error) s->failed = o.error;
+            else std::memcpy(o.data, o.source, o.bytes);
+            break;
         case op::record:
             if (s->failed) o.event->error = s->failed;
             else if (o.generation > o.event->completed) o.event->completed = o.generation;
@@ -383,9 +415,9 @@ private:
     std::vector<std::unique_ptr<std::byte[]>> blocks_;
     std::vector<std::pair<void*, std::size_t>> sizes_;
     std::size_t live_bytes_ = 0, memory_limit_ = ~std::size_t{0};
-    int failing_launches_ = 0;
+    int failing_launches_ = 0, failing_copies_ = 0, copy_error_ = 0;
     std::atomic<bool> immediate_{false}, running_{false};
-    std::atomic<std::size_t> mallocs_{0}, frees_{0}, events_created_{0}, host_runs_{0}, launches_{0}, queries_{0};
+    std::atomic<std::size_t> mallocs_{0}, frees_{0}, events_created_{0}, host_runs_{0}, launches_{0}, queries_{0}, copies_{0};
     std::thread device_;
 };
 

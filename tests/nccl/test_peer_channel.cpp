@@ -10,10 +10,13 @@
 #include <span>
 #include <vector>
 
+#include "../cuda/fake_driver.hpp"
 #include "affine.hpp"
 #include "fake_transport.hpp"
 #include "members.hpp"
 #include "tpipe/cuda/basic_peer_transport.hpp"
+#include "tpipe/cuda/driver_copier.hpp"
+#include "tpipe/cuda/event_pool.hpp"
 #include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/run.hpp"
@@ -24,62 +27,41 @@ using dvec = std::vector<double>;
 
 namespace {
 
-//! A peer copier with stream semantics: copies on one stream complete in order; a marker covers
-//! every copy issued on its stream before it; a copy lands only when a query finds it complete,
-//! on its second query (a receiver that read before completion would see zeros).
-struct fake_copier {
-    using stream_t = int;
-    using marker_t = int;  //!< index of the last copy on the stream when recorded (-1: none)
-    struct copy {
-        void* dst;
-        const void* src;
-        std::size_t n;
-        stream_t stream;
-        int queries = 0;
-        bool done = false;
-    };
-    struct state {
-        std::mutex m;
-        std::vector<copy> copies;
-        int fail_at = -1;  //!< this copy reports a stream error
-        int issued = 0;
-    };
-    std::shared_ptr<state> s = std::make_shared<state>();
+using copier = tpipe::cuda::driver_copier<::fake::driver>;
+using peer_transport = tpipe::cuda::basic_peer_transport<copier, tpipe::nccl::fake::host_pool>;
 
-    int copy_peer(void* dst, int, const void* src, int, std::size_t n, stream_t st)
+//! One process's GPUs: the CUDA engine's test double of the driver, whose device thread runs the
+//! peer copies (the bytes land when a copy completes, so a receiver that read before the copy's
+//! marker did would see the zeros of the payload its pool made), the event pool the markers come
+//! from, and one transfer stream per GPU.
+struct gpus {
+    ::fake::driver d;
+    tpipe::cuda::basic_event_pool<::fake::driver> events{d};
+    std::vector<::fake::driver::stream_type> stream;
+
+    explicit gpus(int n) : d(n)
     {
-        std::lock_guard<std::mutex> g(s->m);
-        s->copies.push_back({dst, src, n, st});
-        ++s->issued;
-        return 0;
-    }
-    marker_t record(stream_t st)
-    {
-        std::lock_guard<std::mutex> g(s->m);
-        for (int i = static_cast<int>(s->copies.size()) - 1; i >= 0; --i)
-            if (s->copies[static_cast<std::size_t>(i)].stream == st) return i;
-        return -1;
-    }
-    int query(marker_t m)
-    {
-        std::lock_guard<std::mutex> g(s->m);
-        if (m < 0) return 0;
-        const stream_t st = s->copies[static_cast<std::size_t>(m)].stream;
-        for (int i = 0; i <= m; ++i) {  // in stream order
-            copy& c = s->copies[static_cast<std::size_t>(i)];
-            if (c.stream != st || c.done) continue;
-            if (i == s->fail_at) return 700;
-            if (++c.queries < 2) return 1;
-            std::memcpy(c.dst, c.src, c.n);
-            c.done = true;
+        for (int g = 0; g < n; ++g) {
+            d.set_device(g);
+            stream.emplace_back();
+            d.stream_create(&stream.back());
         }
-        return 0;
+        d.set_device(0);
+        d.start_device();
     }
-    void release(marker_t) noexcept {}
-    std::string describe_stream(int rc) const { return "fake stream error " + std::to_string(rc); }
-};
+    gpus(const gpus&) = delete;
+    gpus& operator=(const gpus&) = delete;
+    ~gpus() { d.stop_device(); }
 
-using peer_transport = tpipe::cuda::basic_peer_transport<fake_copier, tpipe::nccl::fake::host_pool>;
+    copier copy() { return copier(d, events); }
+    //! The transfer stream of each rank's GPU.
+    std::vector<::fake::driver::stream_type> streams_of(const std::vector<int>& gpu_of_rank) const
+    {
+        std::vector<::fake::driver::stream_type> v;
+        for (int g : gpu_of_rank) v.push_back(stream[static_cast<std::size_t>(g)]);
+        return v;
+    }
+};
 
 using nccl_test::affine;
 
@@ -135,7 +117,8 @@ TEST_CASE("the runner's connect_local seam: a transport without it keeps local c
     CHECK(!a.remote(false));
 
     tpipe::nccl::fake::host_pool pool;
-    peer_transport x(fake_copier{}, {0, 1}, {10, 11}, {&pool, &pool});
+    gpus g(2);
+    peer_transport x(g.copy(), {0, 1}, g.streams_of({0, 1}), {&pool, &pool});
     tpipe::detail::boundary<dvec, peer_transport> b;
     b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 0, 1, 4);
     CHECK(b.remote(true));
@@ -153,8 +136,8 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         std::map<int, dvec> ref_out, ref_dx, out, dx;
         run_locally(prog, io_into(ref_out, ref_dx, m));
         tpipe::nccl::fake::host_pool pool;
-        fake_copier copier;
-        peer_transport x(copier, {0, 0, 1}, {10, 11, 12}, {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
+        gpus g(2);
+        peer_transport x(g.copy(), {0, 0, 1}, g.streams_of({0, 0, 1}), {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
         auto pipe = make_pipe(P);
         tpipe::cpu_engine eng(P);
         tpipe::runner r(pipe, prog, eng, x);
@@ -164,7 +147,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         CHECK(dx == ref_dx);
         // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
         const int nonempty = nonempty_samples(M);
-        CHECK(copier.s->issued == 2 * 2 * nonempty);
+        CHECK(g.d.copies() == static_cast<std::size_t>(2 * 2 * nonempty));
         CHECK(pool.made == 2 * 2 * M);
     }
 }
@@ -190,13 +173,15 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         tpipe::nccl::fake::notice_board board(processes);
         tpipe::nccl::fake::host_pool nccl_pool;
         auto comms = w.init_all(processes);
-        std::vector<fake_copier> copiers(processes);
+        std::vector<std::unique_ptr<gpus>> process_gpus;
+        for (int p = 0; p < processes; ++p) process_gpus.push_back(std::make_unique<gpus>(2));
         std::vector<tpipe::nccl::fake::host_pool> gpu_pools(processes);
         auto errors = tpipe::nccl::fake::on_threads(processes, [&](int me) {
             tpipe::nccl::fake::control ctl(layout, me, board);
             tpipe::nccl::fake::transport between(tpipe::nccl::fake::api{&w}, comms[static_cast<std::size_t>(me)], ctl, nccl_pool);
             auto* pool = &gpu_pools[static_cast<std::size_t>(me)];
-            peer_transport within(copiers[static_cast<std::size_t>(me)], {0, 1, 0, 1}, {10, 11, 10, 11}, {pool, pool, pool, pool});
+            gpus& mine = *process_gpus[static_cast<std::size_t>(me)];
+            peer_transport within(mine.copy(), {0, 1, 0, 1}, mine.streams_of({0, 1, 0, 1}), {pool, pool, pool, pool});
             hybrid x(between, within);
             auto pipe = make_pipe(P);
             tpipe::cpu_engine eng(P);
@@ -209,7 +194,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         // Each process's inside boundary copied every non-empty payload both ways; NCCL's
         // receivers made the crossing boundary's payloads, both ways, on both processes.
         const int nonempty = nonempty_samples(M);
-        for (const auto& c : copiers) CHECK(c.s->issued == 2 * nonempty);
+        for (const auto& p : process_gpus) CHECK(p->d.copies() == static_cast<std::size_t>(2 * nonempty));
         for (const auto& p : gpu_pools) CHECK(p.made == 2 * M);
         CHECK(nccl_pool.made == 2 * M);
     }
@@ -219,9 +204,9 @@ TEST_CASE("peer channels: a failed copy is an error of the receiving rank, namin
 {
     const auto prog = tpipe::make_schedule("gpipe").program(tpipe::topology{2}, tpipe::microbatches(2));
     tpipe::nccl::fake::host_pool pool;
-    fake_copier copier;
-    copier.s->fail_at = 0;
-    peer_transport x(copier, {0, 1}, {10, 11}, {&pool, &pool});
+    gpus g(2);
+    g.d.fail_copies(1);  // the first copy fails on the device: cudaErrorIllegalAddress
+    peer_transport x(g.copy(), {0, 1}, g.streams_of({0, 1}), {&pool, &pool});
     auto pipe = make_pipe(2);
     tpipe::cpu_engine eng(2);
     std::mutex m;
@@ -229,5 +214,6 @@ TEST_CASE("peer channels: a failed copy is an error of the receiving rank, namin
     auto io = io_into(out, dx, m);
     io.source = [](const tpipe::unit&) { return dvec(2, 1.0); };
     tpipe::runner r(pipe, prog, eng, x);
-    CHECK_THROWS_WITH(r.run(io), Catch::Contains("the copy of tag 0 from GPU 0 to GPU 1 failed: fake stream error 700"));
+    CHECK_THROWS_WITH(r.run(io), Catch::Contains("the copy of tag 0 from GPU 0 to GPU 1 failed: cudaErrorIllegalAddress: an illegal memory access was "
+                                          "encountered"));
 }

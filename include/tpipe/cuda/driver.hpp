@@ -1,6 +1,7 @@
 #pragma once
 // The driver seam: the handful of CUDA runtime calls that the engine, the completion awaitable,
-// the event pool and the memory pool make. They are templates over a Driver so that their logic
+// the event pool, the memory pool and the peer copies between GPUs (tpipe::cuda::driver_copier)
+// make. They are templates over a Driver so that their logic
 // runs on the CPU against a test double (tests/cuda/fake_driver.hpp); runtime_driver.hpp is the
 // real one and the only generic-side header that includes the CUDA runtime.
 //
@@ -18,7 +19,7 @@ namespace tpipe::cuda {
 
 template <class D>
 concept driver = requires(D& d, typename D::stream_type s, typename D::event_type e, typename D::stream_type* sp,
-                          typename D::event_type* ep, void** pp, void* p, std::size_t n, int gpu, int* ip,
+                          typename D::event_type* ep, void** pp, void* p, const void* cp, std::size_t n, int gpu, int* ip,
                           void (*fn)(void*)) {
     requires std::copyable<typename D::stream_type>;
     requires std::copyable<typename D::event_type>;
@@ -40,6 +41,7 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
     { d.free_device(p) } -> std::same_as<int>;
     { d.malloc_host(pp, n) } -> std::same_as<int>;     //!< pinned
     { d.free_host(p) } -> std::same_as<int>;
+    { d.memcpy_peer_async(p, gpu, cp, gpu, n, s) } -> std::same_as<int>;  //!< cudaMemcpyPeerAsync (dst, dst GPU, src, src GPU)
     { d.error_name(0) } -> std::convertible_to<const char*>;
     { d.error_string(0) } -> std::convertible_to<const char*>;
 };

@@ -41,7 +41,8 @@
 namespace tpipe::cuda {
 
 //! The calls a peer channel makes: an asynchronous copy between GPUs and completion markers
-//! (0 done, 1 not yet, else an error describe_stream names). peer_runtime is the real one.
+//! (0 done, 1 not yet, else an error describe_stream names). tpipe::cuda::driver_copier makes
+//! one of any cuda::driver (tpipe/cuda/driver_copier.hpp); peer_runtime is it over the runtime.
 template <class A>
 concept peer_copier = std::copy_constructible<A> &&
                       requires(A& a, typename A::stream_t s, typename A::marker_t m, void* dst, const void* src, std::size_t n, int gpu) {

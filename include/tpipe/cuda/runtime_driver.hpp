@@ -47,6 +47,10 @@ struct runtime_driver {
     int free_device(void* p) noexcept { return cudaFree(p); }
     int malloc_host(void** p, std::size_t n) noexcept { return cudaMallocHost(p, n); }
     int free_host(void* p) noexcept { return cudaFreeHost(p); }
+    int memcpy_peer_async(void* dst, int dst_gpu, const void* src, int src_gpu, std::size_t n, cudaStream_t s) noexcept
+    {
+        return cudaMemcpyPeerAsync(dst, dst_gpu, src, src_gpu, n, s);
+    }
     const char* error_name(int e) const noexcept { return cudaGetErrorName(static_cast<cudaError_t>(e)); }
     const char* error_string(int e) const noexcept { return cudaGetErrorString(static_cast<cudaError_t>(e)); }
 };
