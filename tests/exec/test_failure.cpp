@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -262,4 +263,42 @@ TEST_CASE("two threads calling run on one runner at once: the second is refused,
     CAPTURE(message);
     CHECK(contains(message, "this runner (2 stages on 2 ranks, 3 units) is already running an iteration on another thread"));
     CHECK_NOTHROW(r.run(io));  // usable again once the first run returned
+}
+
+TEST_CASE("run_options::stop ends the iteration on every rank with stopped_error, and every later run before any "
+          "stage runs",
+          "[exec][failure][stop]")
+{
+    for (int P = 2; P <= 4; ++P) {
+        CAPTURE(P);
+        const auto prog = tpipe::gpipe{}.program(tpipe::topology{P}, tpipe::microbatches(4));
+        tpipe::cpu_engine eng(P);
+        auto pipe = synth::make_uniform<true>(prog.stages());
+        std::stop_source user;
+        std::atomic<int> sources{0};
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = [&](const tpipe::unit& u) {
+            ++sources;
+            if (u.microbatch == 2) user.request_stop();  // from rank 0's loop, while the others wait in receives
+            return synth::source(u);
+        };
+        tpipe::run_options opts;
+        opts.stop = user.get_token();
+        opts.watchdog = std::chrono::seconds(20);  // a hang would fail the test, not block the suite
+        tpipe::runner r(pipe, prog, eng, opts);
+        CHECK_THROWS_WITH(r.run(io), Catch::Contains("run_options::stop was requested") &&
+                                         Catch::Contains("incomplete (do not step the optimizer on them)"));
+        CHECK(sources == 3);  // rank 0 stopped at its next action
+        CHECK_THROWS_AS(r.run(io), tpipe::stopped_error);
+        CHECK(sources == 3);  // a stopped run starts no stage
+
+        // A runner whose token is not stopped runs as before: the same engine, exact.
+        tpipe::run_options fresh;
+        std::stop_source never;
+        fresh.stop = never.get_token();
+        auto again = synth::make_uniform<true>(prog.stages());
+        tpipe::io_for<decltype(again)> clean;
+        clean.source = synth::source;
+        CHECK_NOTHROW(tpipe::runner(again, prog, eng, fresh).run(clean));
+    }
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Errors of the runtime: a failed action (naming rank, device, stage, action and unit), a
-// watchdog that saw no progress, a failure in another process; and (async/operation_cancelled.hpp)
-// the cancellation that stops the other devices' work.
+// watchdog that saw no progress, a failure in another process, a stop the user asked for; and
+// (async/operation_cancelled.hpp) the cancellation that stops the other devices' work.
 #include <exception>
 #include <string>
 #include <utility>
@@ -45,6 +45,13 @@ public:
 //! The iteration failed in another process (SPMD); what() names that process and carries its
 //! error message.
 class peer_error : public error {
+public:
+    using error::error;
+};
+
+//! The user stopped the run (run_options::stop): the iteration was abandoned on every rank, so
+//! its outputs and gradients are incomplete.
+class stopped_error : public error {
 public:
     using error::error;
 };

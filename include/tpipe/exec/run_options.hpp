@@ -47,6 +47,13 @@ struct run_options {
     //! (rank, stage, action, unit). Empty: the report is written to stderr. A program that cannot
     //! wait may end itself here; the other processes have already been told (transport fail()).
     std::function<void(const std::string&)> on_stuck{};
+    //! The user's stop (e.g. on a preemption notice, or a stage that decides the run must end):
+    //! once it is requested, the iteration in progress ends on every rank as a failed one does
+    //! (it cancels the iteration's own stop token), run() throws tpipe::stopped_error and the
+    //! other processes tpipe::peer_error; every later run() of the runner does the same before
+    //! any stage runs. Request it from a thread, not from a signal handler (std::stop_source is
+    //! not async-signal-safe). Default: never stops.
+    std::stop_token stop{};
 };
 
 //! What an iteration did. Times are seconds since the iteration started.

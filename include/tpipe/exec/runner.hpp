@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <string>
 #include <type_traits>
@@ -138,9 +139,9 @@ public:
     //! The ranks this process runs.
     const std::vector<int>& local_ranks() const noexcept { return where_.local_ranks; }
 
-    //! Runs one iteration. Throws tpipe::execution_error, tpipe::watchdog_error or
-    //! tpipe::peer_error on failure (after every rank of this process stopped),
-    //! tpipe::invalid_argument when io.source is missing.
+    //! Runs one iteration. Throws tpipe::execution_error, tpipe::watchdog_error,
+    //! tpipe::peer_error or tpipe::stopped_error (run_options::stop) on failure (after every rank
+    //! of this process stopped), tpipe::invalid_argument when io.source is missing.
     run_stats run(const io_type& io)
     {
         if (!io.source) throw invalid_argument("run: io.source is required (it makes the first stage's input per unit)");
@@ -166,8 +167,16 @@ public:
         std::vector<task<void>> tasks;
         std::vector<detail::root> roots;
         std::vector<wake_node> starts(where_.local_ranks.size());
+        std::exception_ptr user_stopped;  // made before the iteration: the stop's callback allocates nothing
+        std::optional<std::stop_callback<user_stop>> stopped_by_user;  // run_options::stop, for this iteration
         try {
             prepare();
+            if (opts_.stop.stop_possible()) {
+                user_stopped = std::make_exception_ptr(stopped_error(
+                    "run: run_options::stop was requested, so the iteration was abandoned on every rank; its outputs "
+                    "and gradients are incomplete (do not step the optimizer on them)"));
+                stopped_by_user.emplace(opts_.stop, user_stop{this, user_stopped});
+            }
             tasks.reserve(where_.local_ranks.size());
             roots.reserve(where_.local_ranks.size());
             for (std::size_t k = 0; k < where_.local_ranks.size(); ++k) {
@@ -216,6 +225,11 @@ public:
                 if (opts_.on_stuck) opts_.on_stuck(report);
                 else std::fprintf(stderr, "tpipe::run: %s\n", report.c_str());
             });
+        stopped_by_user.reset();  // a stop requested from now on is the next run's
+        if (!error_ && stop_.stop_requested()) {  // the stop's callback could not record its error
+            error_ = user_stopped;
+            error_is_local_ = true;
+        }
         // Every rank finished: nothing waits on the engine any more, so this iteration's stop
         // (if it failed) must not reach the engine's later computes.
         reset_computes(eng_, {});
@@ -441,6 +455,21 @@ private:
         }
         stop_.request_stop();
     }
+
+    //! run_options::stop's callback, on the thread that requested the stop: fails the iteration
+    //! with the stopped_error it was given.
+    struct user_stop {
+        runner* self;
+        std::exception_ptr stopped;
+        void operator()() const noexcept
+        {
+            try {
+                self->set_error(stopped, true);
+            } catch (...) {  // the error mutex failed to lock: stop all the same (run() records the error)
+                self->stop_.request_stop();
+            }
+        }
+    };
 
     void fail(int r, std::size_t i, std::exception_ptr cause)
     {
