@@ -35,17 +35,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,6 +52,7 @@
 #include "tpipe/exec/detail/any_awaiter.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/detail/placement.hpp"
+#include "tpipe/exec/detail/program_fit.hpp"
 #include "tpipe/exec/detail/rank_plan.hpp"
 #include "tpipe/async/detail/joinable_job.hpp"
 #include "tpipe/async/detail/root.hpp"
@@ -60,6 +60,7 @@
 #include "tpipe/exec/detail/supervisor.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/exec/detail/tick_clock.hpp"
+#include "tpipe/exec/detail/user_stop.hpp"
 #include "tpipe/exec/detail/type_name.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/exec/errors.hpp"
@@ -103,20 +104,7 @@ public:
     runner(Pipe& pipe, const program& prog, E& eng, X& x, run_options opts = {})
         : eng_(eng), x_(&x), opts_(std::move(opts)), prog_(prog.lowered() ? prog : lower(prog))
     {
-        const int stages = static_cast<int>(pipe.size());
-        if (prog_.stages() != stages && prog_.ranks > 0 && prog_.stages() > prog_.ranks)  // interleaved, zb-v, ...
-            throw invalid_program("the program has " + std::to_string(prog_.stages()) + " stages (" +
-                                  std::to_string(prog_.stages() / prog_.ranks) + " on each of its " +
-                                  std::to_string(prog_.ranks) + " ranks) but the pipeline has " +
-                                  std::to_string(stages) + "; cut the model into " + std::to_string(prog_.stages()) +
-                                  " stages for this schedule, or pick one with a stage per rank (1f1b, zb-h1, ...)");
-        if (prog_.stages() != stages)
-            throw invalid_program("the program has " + std::to_string(prog_.stages()) + " stages but the pipeline has " +
-                                  std::to_string(stages) + "; build the schedule for " + std::to_string(stages) +
-                                  " stages");
-        if (prog_.ranks < 1 || static_cast<int>(prog_.actions.size()) != prog_.ranks)
-            throw invalid_program("the program must have one action list per rank (" + std::to_string(prog_.ranks) +
-                                  " ranks, " + std::to_string(prog_.actions.size()) + " lists)");
+        detail::check_program_fits(prog_, static_cast<int>(pipe.size()));
         if (opts_.validate) validate(prog_);
         R_ = prog_.ranks;
         U_ = prog_.units.units();
@@ -167,16 +155,10 @@ public:
         std::vector<task<void>> tasks;
         std::vector<detail::root> roots;
         std::vector<wake_node> starts(where_.local_ranks.size());
-        std::exception_ptr user_stopped;  // made before the iteration: the stop's callback allocates nothing
-        std::optional<std::stop_callback<user_stop>> stopped_by_user;  // run_options::stop, for this iteration
+        std::optional<detail::user_stop<fail_stopped>> stopped_by_user;  // run_options::stop, this iteration
         try {
             prepare();
-            if (opts_.stop.stop_possible()) {
-                user_stopped = std::make_exception_ptr(stopped_error(
-                    "run: run_options::stop was requested, so the iteration was abandoned on every rank; its outputs "
-                    "and gradients are incomplete (do not step the optimizer on them)"));
-                stopped_by_user.emplace(opts_.stop, user_stop{this, user_stopped});
-            }
+            stopped_by_user.emplace(opts_.stop, fail_stopped{this});
             tasks.reserve(where_.local_ranks.size());
             roots.reserve(where_.local_ranks.size());
             for (std::size_t k = 0; k < where_.local_ranks.size(); ++k) {
@@ -190,8 +172,7 @@ public:
             throw;
         }
         frame_.io = &io;
-        spt_ = detail::tick_clock::seconds_per_tick();
-        t0_ = detail::tick_clock::now();
+        clock_.start();
         completion_.start(static_cast<int>(where_.local_ranks.size()));
         for (std::size_t k = 0; k < where_.local_ranks.size(); ++k) eng_.loop_of(where_.device[where_.local_ranks[k]]).post(&starts[k]);
         completion_.wait(
@@ -225,9 +206,9 @@ public:
                 if (opts_.on_stuck) opts_.on_stuck(report);
                 else std::fprintf(stderr, "tpipe::run: %s\n", report.c_str());
             });
-        stopped_by_user.reset();  // a stop requested from now on is the next run's
-        if (!error_ && stop_.stop_requested()) {  // the stop's callback could not record its error
-            error_ = user_stopped;
+        stopped_by_user->end();
+        if (!error_ && stop_.stop_requested()) {  // the user's stop could not record its error
+            error_ = stopped_by_user->error();
             error_is_local_ = true;
         }
         // Every rank finished: nothing waits on the engine any more, so this iteration's stop
@@ -328,14 +309,6 @@ private:
     }
 
     // ---- the rank coroutine -------------------------------------------------------------------
-    //! Seconds since the start of the iteration.
-    double seconds(std::uint64_t tick) const noexcept
-    {
-        // Signed: TSCs of different cores may differ by a few ticks.
-        return static_cast<double>(static_cast<std::int64_t>(tick - t0_)) * spt_;
-    }
-    double clock() const noexcept { return seconds(detail::tick_clock::now()); }
-
     task<void> rank_main(int r)
     {
         const auto& steps = plan_.steps[r];
@@ -394,7 +367,7 @@ private:
                 }
                 if (trace || compute) {
                     const std::uint64_t end = detail::tick_clock::now();
-                    if (trace) ev.push_back(timed_action{r, prog_.actions[r][i], seconds(start), seconds(end)});
+                    if (trace) ev.push_back(timed_action{r, prog_.actions[r][i], clock_.seconds(start), clock_.seconds(end)});
                     if (compute) {
                         busy += static_cast<std::int64_t>(end - start);
                         if (st.kind == op::F) peak = std::max(peak, ++live);
@@ -430,7 +403,7 @@ private:
             fail(r, std::min(i, steps.size() - 1), std::current_exception());
         }
         if (!jobs.empty() && !jobs.back()->done) co_await jobs.back()->join();  // never leave one running
-        busy_[r] = static_cast<double>(busy) * spt_;
+        busy_[r] = static_cast<double>(busy) * clock_.spt;
         peak_[r] = peak;
         done_[r] = done;
         transfers_[r] = transfers;
@@ -456,12 +429,10 @@ private:
         stop_.request_stop();
     }
 
-    //! run_options::stop's callback, on the thread that requested the stop: fails the iteration
-    //! with the stopped_error it was given.
-    struct user_stop {
+    //! run_options::stop's failure path (detail::user_stop), on the thread that requested it.
+    struct fail_stopped {
         runner* self;
-        std::exception_ptr stopped;
-        void operator()() const noexcept
+        void operator()(const std::exception_ptr& stopped) const noexcept
         {
             try {
                 self->set_error(stopped, true);
@@ -484,7 +455,7 @@ private:
     static void root_done(void* p) noexcept
     {
         auto* self = static_cast<runner*>(p);
-        self->completion_.done(self->clock());
+        self->completion_.done(self->clock_.now());
     }
 
     E& eng_;
@@ -509,8 +480,7 @@ private:
     bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
     bool broken_ = false;         //!< an iteration failed with ranks in other processes
     std::atomic<bool> running_{false};  //!< run() is in progress (on some thread)
-    std::uint64_t t0_ = 0;        //!< tick_clock at the start of the iteration
-    double spt_ = 0;              //!< seconds per tick
+    detail::iteration_clock clock_;
     std::stop_source stop_;  //!< this iteration's: stopped when it fails
     std::mutex error_m_;
     std::exception_ptr error_;

@@ -47,4 +47,22 @@ private:
     }
 };
 
+//! Seconds since the start of an iteration, from tick_clock's ticks.
+struct iteration_clock {
+    std::uint64_t t0 = 0;  //!< tick_clock at the start of the iteration
+    double spt = 0;        //!< seconds per tick
+
+    void start()
+    {
+        spt = tick_clock::seconds_per_tick();
+        t0 = tick_clock::now();
+    }
+    double seconds(std::uint64_t tick) const noexcept
+    {
+        // Signed: TSCs of different cores may differ by a few ticks.
+        return static_cast<double>(static_cast<std::int64_t>(tick - t0)) * spt;
+    }
+    double now() const noexcept { return seconds(tick_clock::now()); }
+};
+
 } // namespace tpipe::detail
