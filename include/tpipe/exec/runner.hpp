@@ -42,7 +42,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <stop_token>
 #include <string>
 #include <utility>
@@ -155,10 +154,10 @@ public:
         std::vector<task<void>> tasks;
         std::vector<detail::root> roots;
         std::vector<wake_node> starts(where_.local_ranks.size());
-        std::optional<detail::user_stop<fail_stopped>> stopped_by_user;  // run_options::stop, this iteration
+        detail::user_stop<fail_stopped> stopped_by_user;  // run_options::stop, for this iteration
         try {
             prepare();
-            stopped_by_user.emplace(opts_.stop, fail_stopped{this});
+            stopped_by_user.watch(opts_.stop, fail_stopped{this});
             tasks.reserve(where_.local_ranks.size());
             roots.reserve(where_.local_ranks.size());
             for (std::size_t k = 0; k < where_.local_ranks.size(); ++k) {
@@ -206,9 +205,9 @@ public:
                 if (opts_.on_stuck) opts_.on_stuck(report);
                 else std::fprintf(stderr, "tpipe::run: %s\n", report.c_str());
             });
-        stopped_by_user->end();
+        stopped_by_user.end();
         if (!error_ && stop_.stop_requested()) {  // the user's stop could not record its error
-            error_ = stopped_by_user->error();
+            error_ = stopped_by_user.error();
             error_is_local_ = true;
         }
         // Every rank finished: nothing waits on the engine any more, so this iteration's stop

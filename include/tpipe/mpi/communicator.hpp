@@ -326,7 +326,7 @@ public:
     communicator duplicate() const { return communicator(s_->comm); }
 
     //! Cancels this member (any thread).
-    void cancel() noexcept { s_->cancelled.store(true, std::memory_order_release); }
+    void cancel() noexcept { canceller{s_.get()}(); }
 
     //! Clears cancellation for the next iteration (no operation may be pending), which is
     //! cancelled once `stop` is stopped. Throws if a collective was abandoned: MPI cannot

@@ -4,10 +4,10 @@
 // that requested the stop. The error is made before the iteration, so that callback allocates
 // nothing.
 #include <exception>
-#include <optional>
 #include <stop_token>
 #include <utility>
 
+#include "tpipe/async/on_stop.hpp"
 #include "tpipe/exec/errors.hpp"
 
 namespace tpipe::detail {
@@ -17,28 +17,28 @@ template <class Fail>
 class user_stop {
 public:
     //! Watches `stop` for the iteration about to start (a default token: nothing to watch).
-    user_stop(const std::stop_token& stop, Fail fail)
+    void watch(const std::stop_token& stop, Fail fail)
     {
         if (!stop.stop_possible()) return;
         error_ = std::make_exception_ptr(stopped_error(
             "run: run_options::stop was requested, so the iteration was abandoned on every rank; its outputs and "
             "gradients are incomplete (do not step the optimizer on them)"));
-        on_stop_.emplace(stop, call{std::move(fail), error_});
+        on_stop_.watch(stop, call{std::move(fail), error_});
     }
 
     //! The error of a stopped iteration (null when no token is watched).
     const std::exception_ptr& error() const noexcept { return error_; }
     //! Stops watching: a stop requested from now on is the next iteration's.
-    void end() noexcept { on_stop_.reset(); }
+    void end() noexcept { on_stop_.unwatch(); }
 
 private:
     struct call {
-        Fail fail;
-        std::exception_ptr error;
+        Fail fail{};
+        std::exception_ptr error{};
         void operator()() const noexcept { fail(error); }
     };
     std::exception_ptr error_;
-    std::optional<std::stop_callback<call>> on_stop_;
+    on_stop<call> on_stop_;
 };
 
 } // namespace tpipe::detail
