@@ -1,9 +1,11 @@
 #pragma once
 // A test double of the CUDA runtime for the engine's CPU tests (models tpipe::cuda::driver).
 //
-// - A stream is a FIFO of operations: work (a "kernel", enqueued by launch()), peer copies
-//   (memcpy_peer_async: the bytes land when the copy completes), event records and host
-//   functions. Operations complete in order, either when the test says so (complete(s, n),
+// - A stream is a FIFO of operations: work (a "kernel", enqueued by launch()), copies
+//   (memcpy_peer_async, memcpy_async: the bytes land when the copy completes), event records, host
+//   functions, and another library's kernels (enqueue_external: the fake NCCL's launches, which
+//   start when the stream reaches them and complete when their library says so). Operations
+//   complete in order, either when the test says so (complete(s, n),
 //   complete_all()) or on a "device" thread (start_device()), or at once (set_immediate(true)).
 // - An event completes when the operations before its record have: query() says not_ready
 //   until then, and after a failed kernel on its stream (the stream is broken from then on,
@@ -11,9 +13,10 @@
 // - Host functions run on the thread that completes them (the device thread, as on a GPU: a
 //   driver thread), and are skipped after a stream failure, as CUDA documents.
 // - Injected errors: a launch error (cudaGetLastError of the launching thread, non-sticky),
-//   a kernel or a peer copy that fails on the device (fail_copies), a memory limit for mallocs, stalled streams (never
-//   complete: a hung GPU).
-// - Counts: mallocs, frees, events created, host functions run, peer copies issued.
+//   a kernel or a peer copy that fails on the device (fail_copies), a memory limit for mallocs,
+//   stalled streams (never complete: a hung GPU).
+// - Counts: mallocs, frees, events created, host functions run, peer copies issued (copies()
+//   counts memcpy_peer_async only).
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -37,6 +40,18 @@ constexpr int illegal_address = 700;     // cudaErrorIllegalAddress
 } // namespace code
 
 struct stream_state;
+
+//! Another library's kernel on a stream (the fake NCCL's launches). poll() is called, without the
+//! driver's lock, each time the stream's first operation is this and the device looks at it:
+//! the kernel runs from the first call on, and completes when poll() returns true.
+class external_work {
+public:
+    virtual bool poll() = 0;
+
+protected:
+    ~external_work() = default;
+};
+
 struct event_state {
     int gpu = 0;
     std::uint64_t recorded = 0;   //!< generation of the last record
@@ -44,7 +59,7 @@ struct event_state {
     int error = 0;
 };
 struct op {
-    enum kind_t { work, record, host, copy } kind = work;
+    enum kind_t { work, record, host, copy, external } kind = work;
     event_state* event = nullptr;
     std::uint64_t generation = 0;
     void (*fn)(void*) = nullptr;
@@ -52,6 +67,7 @@ struct op {
     int error = 0;         //!< work, copy: fails on the device with this code
     const void* source = nullptr;  //!< copy
     std::size_t bytes = 0;         //!< copy
+    external_work* ext = nullptr;  //!< external
 };
 struct stream_state {
     int gpu = 0;
@@ -162,21 +178,8 @@ public:
     int free_device(void* p) { return release(p); }
     int malloc_host(void** p, std::size_t n) { return allocate(p, n, false); }
     int free_host(void* p) { return release(p); }
-    int memcpy_peer_async(void* dst, int, const void* src, int, std::size_t n, stream_type s)
-    {
-        {
-            std::lock_guard<std::mutex> g(m_);
-            ++copies_;
-            int error = 0;
-            if (failing_copies_ > 0) {
-                --failing_copies_;
-                error = copy_error_;
-            }
-            s->ops.push_back(op{op::copy, nullptr, 0, nullptr, dst, error, src, n});
-        }
-        after_enqueue(s);
-        return 0;
-    }
+    int memcpy_peer_async(void* dst, int, const void* src, int, std::size_t n, stream_type s) { return enqueue_copy(dst, src, n, s, true); }
+    int memcpy_async(void* dst, const void* src, std::size_t n, stream_type s) { return enqueue_copy(dst, src, n, s, false); }
     const char* error_name(int e) const noexcept
     {
         switch (e) {
@@ -217,6 +220,17 @@ public:
                 return;
             }
             s->ops.push_back(op{op::work, nullptr, 0, nullptr, nullptr, device_error});
+        }
+        after_enqueue(s);
+    }
+    //! Another library's kernel on `s` (it must outlive its completion, or the device's stop).
+    void enqueue_external(stream_type s, external_work& w)
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            op o{op::external};
+            o.ext = &w;
+            s->ops.push_back(o);
         }
         after_enqueue(s);
     }
@@ -329,11 +343,31 @@ private:
         for (auto& s : streams_) v.push_back(s.get());
         return v;
     }
+    //! Whether a stream has an operation the device can complete now (an external one waits for
+    //! its library: the device looks at it again after a millisecond or the next enqueue).
     bool pending_locked() const
     {
         for (auto& s : streams_)
-            if (!s->stalled && !s->ops.empty()) return true;
+            if (!s->stalled && !s->ops.empty() && s->ops.front().kind != op::external) return true;
         return false;
+    }
+
+    int enqueue_copy(void* dst, const void* src, std::size_t n, stream_type s, bool peer)
+    {
+        {
+            std::lock_guard<std::mutex> g(m_);
+            int error = 0;
+            if (peer) {
+                ++copies_;
+                if (failing_copies_ > 0) {
+                    --failing_copies_;
+                    error = copy_error_;
+                }
+            }
+            s->ops.push_back(op{op::copy, nullptr, 0, nullptr, dst, error, src, n});
+        }
+        after_enqueue(s);
+        return 0;
     }
 
     void after_enqueue(stream_type s)
@@ -351,6 +385,13 @@ private:
     {
         std::unique_lock<std::mutex> lk(m_);
         if (s->stalled || s->ops.empty()) return false;
+        if (s->ops.front().kind == op::external && !s->failed) {  // a broken stream runs no kernel
+            external_work* w = s->ops.front().ext;
+            lk.unlock();
+            const bool done = w->poll();
+            lk.lock();
+            if (!done || s->ops.empty() || s->ops.front().ext != w) return false;
+        }
         const op o = s->ops.front();
         s->ops.pop_front();
         ++s->completed;
@@ -367,6 +408,7 @@ private:
             if (s->failed) o.event->error = s->failed;
             else if (o.generation > o.event->completed) o.event->completed = o.generation;
             break;
+        case op::external: break;
         case op::host:
             if (s->failed) break;  // CUDA does not run host functions after a stream error
             lk.unlock();

@@ -1,11 +1,14 @@
 #pragma once
 // tpipe::nccl::fake: an in-process NCCL over threads, for the CPU tests of tpipe's NCCL code.
-// It models what NCCL guarantees and what it requires, so that code that passes here issues a
-// valid NCCL program:
-// - A stream runs its launches one after another; a launch is one NCCL call, or every call of
-//   one group (calls between group_start and group_end are issued at group_end, together).
-//   A communicator's launches also run in the order they were issued (NCCL serialises a
-//   communicator's kernels, even across streams).
+// Its kernels run on the streams of the CUDA engine's test double (tests/cuda/fake_driver.hpp),
+// which the world owns with its device thread: the api's streams, markers, buffers and copies are
+// tpipe::nccl::device_calls over that double, as the real api's are over the CUDA runtime. It
+// models what NCCL guarantees and what it requires, so that code that passes here issues a valid
+// NCCL program:
+// - A launch is one NCCL call, or every call of one group (calls between group_start and
+//   group_end are issued at group_end, together), one per (communicator, stream). It starts when
+//   its stream reaches it and every earlier launch of its communicator has completed (NCCL
+//   serialises a communicator's kernels, even across streams), and the stream waits for it.
 // - Point-to-point: the k-th send from a to b matches the k-th receive on b from a (posting
 //   order, no tags); they move data only once both launches run. Different sizes are the
 //   mismatch real NCCL would hang on (or corrupt): both communicators get an asynchronous
@@ -14,11 +17,13 @@
 //   kind, count, type and root, or all members get an error naming both calls. all_reduce
 //   sums in reverse rank order ((x[n-1] + x[n-2]) + ...) + x[0], the same bits on every member
 //   but, like NCCL's rings and trees, not the rank-order fold.
-// - A launch that cannot run for stall_timeout while somebody waits on its stream is a
-//   deadlock: the waiting communicator gets an asynchronous error listing every blocked launch.
+// - A launch that its stream reached but that cannot complete while nothing moves for
+//   stall_timeout is a deadlock: its communicator gets an asynchronous error listing every
+//   blocked launch.
 // - abort() drops a communicator's pending launches (their streams go on); calls on an aborted
 //   communicator fail.
-// "Device" memory is host memory. All state is behind one mutex.
+// "Device" memory is host memory. The world's state is behind one mutex, taken before the
+// driver's (the driver polls a launch without its own).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -35,24 +40,27 @@
 #include <utility>
 #include <vector>
 
+#include "../cuda/fake_driver.hpp"
+#include "tpipe/cuda/event_pool.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/nccl/detail/polled.hpp"
+#include "tpipe/nccl/device_calls.hpp"
 
 namespace tpipe::nccl::fake {
 
 enum result : int { success = 0, internal_error = 3, invalid_argument = 4, invalid_usage = 5, remote_error = 6 };
 
 struct comm_obj;
-struct stream_obj;
 struct launch;
+class world;
+using stream_obj = ::fake::stream_state;
 
-enum class kind { send, recv, all_reduce, broadcast, copy };
+enum class kind { send, recv, all_reduce, broadcast };
 
 struct op {
-    kind what = kind::copy;
+    kind what = kind::send;
     const void* in = nullptr;
     void* out = nullptr;
-    std::size_t count = 0;  //!< elements (bytes for p2p, broadcast, copy)
+    std::size_t count = 0;  //!< elements (bytes for p2p and broadcast)
     dtype type = dtype::bytes;
     int peer = 0;           //!< p2p peer, broadcast root, or for all_reduce 1 = average
     comm_obj* comm = nullptr;
@@ -61,16 +69,17 @@ struct op {
     std::size_t seq = 0;    //!< k-th send to / receive from that peer, or k-th collective
 };
 
-struct launch {
+//! A kernel of the fake NCCL on a stream of the driver double.
+struct launch final : ::fake::external_work {
+    world* owner = nullptr;
     std::vector<op*> ops;
     stream_obj* stream = nullptr;
-    comm_obj* comm = nullptr;  //!< nullptr: a copy
-    bool started = false;
-};
+    comm_obj* comm = nullptr;
+    bool at_front = false;  //!< its stream reached it
+    bool started = false;   //!< and its communicator's earlier launches completed: its kernels run
+    bool finished = false;
 
-struct stream_obj {
-    std::deque<launch*> queue;
-    std::size_t enqueued = 0, completed = 0;
+    bool poll() override;  //!< the driver's device asks (below, after world)
 };
 
 struct group_obj {  //!< the members of one NCCL communicator
@@ -115,23 +124,29 @@ inline std::string describe_op(const op& o)
     case kind::broadcast:
         return r + " broadcasts " + std::to_string(o.count) + " bytes from root " + std::to_string(o.peer) + " (its " + ordinal(o.seq) +
                " collective)";
-    default: return "a copy";
     }
+    return {};
 }
 
 class world {
 public:
     std::chrono::milliseconds stall_timeout{1500};
 
-    world() = default;
+    //! A fake NCCL on a driver double of `gpus` GPUs, whose device thread runs from now on.
+    explicit world(int gpus = 1) : device_(gpus) { device_.start_device(); }
     world(const world&) = delete;
     ~world()
     {
+        device_.stop_device();  // nothing polls a launch from here on
         for (auto* l : launches_) {
             for (op* o : l->ops) delete o;
             delete l;
         }
     }
+
+    //! The driver double the launches run on, and its event pool (the api's markers).
+    ::fake::driver& device() noexcept { return device_; }
+    tpipe::cuda::basic_event_pool<::fake::driver>& events() noexcept { return events_; }
 
     // ---- the api's calls (under m_) ---------------------------------------------------------
     int get_unique_id(unique_id& id)
@@ -206,7 +221,7 @@ public:
     int issue(op* o, stream_obj* s)
     {
         std::lock_guard<std::mutex> g(m_);
-        if (o->comm && !usable(o->comm)) {
+        if (!usable(o->comm)) {
             delete o;
             return invalid_usage;
         }
@@ -266,28 +281,18 @@ public:
         if (c) c->destroyed = true;
     }
 
-    stream_obj* stream_create()
+    //! The driver's device asks whether launch l, first on its stream, completed.
+    bool poll(launch* l)
     {
         std::lock_guard<std::mutex> g(m_);
-        streams_.push_back(std::make_unique<stream_obj>());
-        return streams_.back().get();
-    }
-
-    //! How many launches the stream has issued (a marker's target).
-    std::size_t enqueued(stream_obj* s)
-    {
-        std::lock_guard<std::mutex> g(m_);
-        return s->enqueued;
-    }
-
-    //! 0 once the stream completed `target` launches, else 1; reports a stall as a deadlock.
-    int query(stream_obj* s, std::size_t target)
-    {
-        std::lock_guard<std::mutex> g(m_);
+        if (!l->at_front) {
+            l->at_front = true;
+            fronts_.push_back(l);
+        }
         if (progress()) last_progress_ = std::chrono::steady_clock::now();
-        if (s->completed >= target) return 0;
+        if (l->finished) return true;
         if (std::chrono::steady_clock::now() - last_progress_ > stall_timeout) report_deadlock();
-        return 1;
+        return false;
     }
 
     int aborts = 0;          //!< ncclCommAbort calls (tests check them)
@@ -339,18 +344,18 @@ private:
             launch* l = it != made.end() ? *it : nullptr;
             if (!l) {
                 l = new launch;
+                l->owner = this;
                 l->stream = s;
                 l->comm = o->comm;
                 launches_.push_back(l);
                 made.push_back(l);
-                s->queue.push_back(l);
-                ++s->enqueued;
                 ++launches_issued;
-                if (o->comm) o->comm->queue.push_back(l);
+                o->comm->queue.push_back(l);
             }
             o->in_launch = l;
             l->ops.push_back(o);
-            if (comm_obj* c = o->comm) {  // posting order: sequence numbers at issue
+            {  // posting order: sequence numbers at issue
+                comm_obj* c = o->comm;
                 group_obj* g = c->group;
                 if (o->what == kind::send) {
                     o->seq = c->sends_to[o->peer]++;
@@ -366,6 +371,7 @@ private:
                 }
             }
         }
+        for (launch* l : made) device_.enqueue_external(l->stream, *l);  // the device polls it without its lock
         progress();
         last_progress_ = std::chrono::steady_clock::now();
     }
@@ -385,25 +391,18 @@ private:
         bool any = false;
         for (bool changed = true; changed;) {
             changed = false;
-            for (auto& s : streams_) {
-                while (!s->queue.empty()) {
-                    launch* l = s->queue.front();
-                    if (!l->started && (!l->comm || l->comm->queue.front() == l)) {
-                        l->started = true;
-                        changed = true;
-                        for (op* o : l->ops)
-                            if (o->what == kind::copy) {
-                                std::memcpy(o->out, o->in, o->count);
-                                o->done = true;
-                            }
-                    }
-                    if (!l->started || !std::all_of(l->ops.begin(), l->ops.end(), [](op* o) { return o->done; })) break;
-                    s->queue.pop_front();
-                    if (l->comm) l->comm->queue.pop_front();
-                    ++s->completed;
+            for (launch* l : fronts_) {
+                if (!l->started && l->comm->queue.front() == l) {
+                    l->started = true;
+                    changed = true;
+                }
+                if (l->started && std::all_of(l->ops.begin(), l->ops.end(), [](op* o) { return o->done; })) {
+                    l->finished = true;
+                    l->comm->queue.pop_front();
                     changed = true;
                 }
             }
+            std::erase_if(fronts_, [](launch* l) { return l->finished; });
             for (auto& g : groups_) changed |= match(*g);
             any |= changed;
         }
@@ -494,9 +493,7 @@ private:
     {
         std::string blocked;
         std::vector<comm_obj*> involved;
-        for (auto& s : streams_) {
-            if (s->queue.empty()) continue;
-            const launch* l = s->queue.front();
+        for (const launch* l : fronts_) {
             for (const op* o : l->ops)
                 if (!o->done && o->comm) {
                     blocked += (blocked.empty() ? "" : "; ") + describe_op(*o) + (l->started ? "" : " (not started: an earlier launch of its communicator waits)");
@@ -514,21 +511,24 @@ private:
     std::map<std::pair<group_obj*, std::size_t>, split_round> splits_;
     std::vector<std::unique_ptr<group_obj>> groups_;
     std::vector<std::unique_ptr<comm_obj>> comms_;
-    std::vector<std::unique_ptr<stream_obj>> streams_;
     std::vector<launch*> launches_;
+    std::vector<launch*> fronts_;  //!< reached by their streams, not finished
     std::chrono::steady_clock::time_point last_progress_ = std::chrono::steady_clock::now();
+    ::fake::driver device_;  // ~world stops its device thread before the launches go
+    tpipe::cuda::basic_event_pool<::fake::driver> events_{device_};
 };
 
-//! The api over a fake world (copyable: a pointer to it).
-struct api {
+inline bool launch::poll() { return owner->poll(this); }
+
+//! The api over a fake world (copyable: pointers to it); its streams, markers and buffers are
+//! the world's driver double's.
+struct api : device_calls<::fake::driver> {
     using comm_t = comm_obj*;
-    using stream_t = stream_obj*;
-    struct marker_t {
-        stream_obj* stream = nullptr;
-        std::size_t target = 0;
-    };
 
     world* w = nullptr;
+
+    api() = default;
+    explicit api(world* wd) : device_calls(wd->device(), wd->events()), w(wd) {}
 
     int get_unique_id(unique_id& id) { return w->get_unique_id(id); }
     int init_rank(comm_t& out, int n, const unique_id& id, int rank) { return w->init_rank(out, n, id, rank); }
@@ -554,22 +554,6 @@ struct api {
         const std::string last = w->last_error(c);
         return std::string("fake NCCL ") + name + (last.empty() ? "" : ": " + last);
     }
-    marker_t record(stream_t s) { return {s, w->enqueued(s)}; }
-    int query(marker_t m) { return w->query(m.stream, m.target); }
-    void release(marker_t) noexcept {}
-    std::string describe_stream(int rc) { return "fake stream error " + std::to_string(rc); }
-    template <class Check>
-    detail::polled_completion<api, Check> after(stream_t s, const std::string& what, Check check)
-    {
-        return {*this, s, what, std::move(check)};
-    }
-    void* device_alloc(std::size_t n) { return ::operator new(n == 0 ? 1 : n); }
-    void device_free(void* p) noexcept { ::operator delete(p); }
-    void* host_alloc(std::size_t n) { return ::operator new(n == 0 ? 1 : n); }
-    void host_free(void* p) noexcept { ::operator delete(p); }
-    int copy_async(void* dst, const void* src, std::size_t n, stream_t s) { return call(kind::copy, src, dst, n, dtype::bytes, 0, nullptr, s); }
-    stream_t stream_create() { return w->stream_create(); }
-    void stream_destroy(stream_t) noexcept {}
 
 private:
     int call(kind k, const void* in, void* out, std::size_t n, dtype t, int peer, comm_t c, stream_t s)

@@ -30,30 +30,26 @@ namespace {
 using copier = tpipe::cuda::driver_copier<::fake::driver>;
 using peer_transport = tpipe::cuda::basic_peer_transport<copier, tpipe::nccl::fake::host_pool>;
 
-//! One process's GPUs: the CUDA engine's test double of the driver, whose device thread runs the
-//! peer copies (the bytes land when a copy completes, so a receiver that read before the copy's
-//! marker did would see the zeros of the payload its pool made), the event pool the markers come
-//! from, and one transfer stream per GPU.
+//! One process's GPUs on a fake world's driver (the CUDA engine's test double, whose device
+//! thread runs the peer copies and the fake NCCL's kernels alike: the bytes of a copy land when it
+//! completes, so a receiver that read before the copy's marker did would see the zeros of the
+//! payload its pool made), with one transfer stream per GPU.
 struct gpus {
-    ::fake::driver d;
-    tpipe::cuda::basic_event_pool<::fake::driver> events{d};
+    tpipe::nccl::fake::world& w;
     std::vector<::fake::driver::stream_type> stream;
 
-    explicit gpus(int n) : d(n)
+    gpus(tpipe::nccl::fake::world& on, int n) : w(on)
     {
+        ::fake::driver& d = w.device();
         for (int g = 0; g < n; ++g) {
             d.set_device(g);
             stream.emplace_back();
             d.stream_create(&stream.back());
         }
         d.set_device(0);
-        d.start_device();
     }
-    gpus(const gpus&) = delete;
-    gpus& operator=(const gpus&) = delete;
-    ~gpus() { d.stop_device(); }
 
-    copier copy() { return copier(d, events); }
+    copier copy() { return copier(w.device(), w.events()); }
     //! The transfer stream of each rank's GPU.
     std::vector<::fake::driver::stream_type> streams_of(const std::vector<int>& gpu_of_rank) const
     {
@@ -117,7 +113,8 @@ TEST_CASE("the runner's connect_local seam: a transport without it keeps local c
     CHECK(!a.remote(false));
 
     tpipe::nccl::fake::host_pool pool;
-    gpus g(2);
+    tpipe::nccl::fake::world w(2);
+    gpus g(w, 2);
     peer_transport x(g.copy(), {0, 1}, g.streams_of({0, 1}), {&pool, &pool});
     tpipe::detail::boundary<dvec, peer_transport> b;
     b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 0, 1, 4);
@@ -136,7 +133,8 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         std::map<int, dvec> ref_out, ref_dx, out, dx;
         run_locally(prog, io_into(ref_out, ref_dx, m));
         tpipe::nccl::fake::host_pool pool;
-        gpus g(2);
+        tpipe::nccl::fake::world w(2);
+        gpus g(w, 2);
         peer_transport x(g.copy(), {0, 0, 1}, g.streams_of({0, 0, 1}), {&pool, &pool, &pool});  // ranks 0 and 1 share GPU 0
         auto pipe = make_pipe(P);
         tpipe::cpu_engine eng(P);
@@ -147,7 +145,7 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
         CHECK(dx == ref_dx);
         // Boundary 1 (GPU 0 to GPU 1) copies every payload both ways, boundary 0 none.
         const int nonempty = nonempty_samples(M);
-        CHECK(g.d.copies() == static_cast<std::size_t>(2 * 2 * nonempty));
+        CHECK(w.device().copies() == static_cast<std::size_t>(2 * 2 * nonempty));
         CHECK(pool.made == 2 * 2 * M);
     }
 }
@@ -169,12 +167,12 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         std::mutex m;
         std::map<int, dvec> ref_out, ref_dx, out, dx;
         run_locally(prog, io_into(ref_out, ref_dx, m));
-        tpipe::nccl::fake::world w;
+        tpipe::nccl::fake::world w(2);  // one driver double for NCCL's kernels and the peer copies
         tpipe::nccl::fake::notice_board board(processes);
         tpipe::nccl::fake::host_pool nccl_pool;
         auto comms = w.init_all(processes);
         std::vector<std::unique_ptr<gpus>> process_gpus;
-        for (int p = 0; p < processes; ++p) process_gpus.push_back(std::make_unique<gpus>(2));
+        for (int p = 0; p < processes; ++p) process_gpus.push_back(std::make_unique<gpus>(w, 2));
         std::vector<tpipe::nccl::fake::host_pool> gpu_pools(processes);
         auto errors = tpipe::nccl::fake::on_threads(processes, [&](int me) {
             tpipe::nccl::fake::control ctl(layout, me, board);
@@ -194,7 +192,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
         // Each process's inside boundary copied every non-empty payload both ways; NCCL's
         // receivers made the crossing boundary's payloads, both ways, on both processes.
         const int nonempty = nonempty_samples(M);
-        for (const auto& p : process_gpus) CHECK(p->d.copies() == static_cast<std::size_t>(2 * nonempty));
+        CHECK(w.device().copies() == static_cast<std::size_t>(processes * 2 * nonempty));
         for (const auto& p : gpu_pools) CHECK(p.made == 2 * M);
         CHECK(nccl_pool.made == 2 * M);
     }
@@ -204,8 +202,9 @@ TEST_CASE("peer channels: a failed copy is an error of the receiving rank, namin
 {
     const auto prog = tpipe::make_schedule("gpipe").program(tpipe::topology{2}, tpipe::microbatches(2));
     tpipe::nccl::fake::host_pool pool;
-    gpus g(2);
-    g.d.fail_copies(1);  // the first copy fails on the device: cudaErrorIllegalAddress
+    tpipe::nccl::fake::world w(2);
+    gpus g(w, 2);
+    w.device().fail_copies(1);  // the first copy fails on the device: cudaErrorIllegalAddress
     peer_transport x(g.copy(), {0, 1}, g.streams_of({0, 1}), {&pool, &pool});
     auto pipe = make_pipe(2);
     tpipe::cpu_engine eng(2);

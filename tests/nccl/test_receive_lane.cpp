@@ -1,9 +1,11 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "fake_nccl.hpp"
@@ -53,6 +55,21 @@ void send_message(tpipe::nccl::fake::api& a, tpipe::nccl::fake::comm_obj* c, tpi
     REQUIRE(a.group_end() == 0);
 }
 
+//! Drives the lane until `tag` arrived (the driver double's device thread runs the kernels), for
+//! at most 10 s.
+template <class Lane>
+void progress_until(Lane& lane, sink& k, int tag)
+{
+    std::atomic<int>& state = k.state[static_cast<std::size_t>(tag)];
+    lane.wait_begin(&state, 1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (state.load() != 1 && std::chrono::steady_clock::now() < deadline) {
+        lane.progress();
+        std::this_thread::yield();
+    }
+    lane.wait_end(&state);
+}
+
 } // namespace
 
 TEST_CASE("receive lane: posts envelope, body, envelope... in the sender's order, and never a receive nobody sends",
@@ -79,9 +96,7 @@ TEST_CASE("receive lane: posts envelope, body, envelope... in the sender's order
     CHECK(comms[1]->recvs_from[0] == 0);
 
     // Waiting for tag 6 takes every message before it, in the sender's order, and stops there.
-    lane.wait_begin(&k.state[6], 1);
-    for (int i = 0; i < 1000 && k.state[6].load() != 1; ++i) lane.progress();
-    lane.wait_end(&k.state[6]);
+    progress_until(lane, k, 6);
     REQUIRE(k.state[6].load() == 1);
     CHECK(k.order == std::vector<int>{3, 0, 7, 1, 6});
     lane.progress();
@@ -90,9 +105,7 @@ TEST_CASE("receive lane: posts envelope, body, envelope... in the sender's order
     for (int t : {3, 0, 7, 1, 6}) receives += 1 + (bodies[t].empty() ? 0 : 1);
     CHECK(comms[1]->recvs_from[0] == receives);  // no envelope posted ahead of a waiter
 
-    lane.wait_begin(&k.state[4], 1);
-    for (int i = 0; i < 1000 && k.state[4].load() != 1; ++i) lane.progress();
-    lane.wait_end(&k.state[4]);
+    progress_until(lane, k, 4);
     CHECK(k.order == sent);
     for (int t = 0; t < 8; ++t) CHECK(k.bodies[t] == bodies[t]);
 }

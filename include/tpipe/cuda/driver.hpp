@@ -1,7 +1,8 @@
 #pragma once
 // The driver seam: the handful of CUDA runtime calls that the engine, the completion awaitable,
-// the event pool, the memory pool and the peer copies between GPUs (tpipe::cuda::driver_copier)
-// make. They are templates over a Driver so that their logic
+// the event pool, the memory pool, the peer copies between GPUs (tpipe::cuda::driver_copier) and
+// the streams, markers and buffers of tpipe's NCCL code (tpipe::nccl::device_calls) make. They
+// are templates over a Driver so that their logic
 // runs on the CPU against a test double (tests/cuda/fake_driver.hpp); runtime_driver.hpp is the
 // real one and the only generic-side header that includes the CUDA runtime.
 //
@@ -42,6 +43,7 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
     { d.malloc_host(pp, n) } -> std::same_as<int>;     //!< pinned
     { d.free_host(p) } -> std::same_as<int>;
     { d.memcpy_peer_async(p, gpu, cp, gpu, n, s) } -> std::same_as<int>;  //!< cudaMemcpyPeerAsync (dst, dst GPU, src, src GPU)
+    { d.memcpy_async(p, cp, n, s) } -> std::same_as<int>;  //!< cudaMemcpyAsync, cudaMemcpyDefault (either side host or device)
     { d.error_name(0) } -> std::convertible_to<const char*>;
     { d.error_string(0) } -> std::convertible_to<const char*>;
 };

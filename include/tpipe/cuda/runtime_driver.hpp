@@ -51,6 +51,10 @@ struct runtime_driver {
     {
         return cudaMemcpyPeerAsync(dst, dst_gpu, src, src_gpu, n, s);
     }
+    int memcpy_async(void* dst, const void* src, std::size_t n, cudaStream_t s) noexcept
+    {
+        return cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
+    }
     const char* error_name(int e) const noexcept { return cudaGetErrorName(static_cast<cudaError_t>(e)); }
     const char* error_string(int e) const noexcept { return cudaGetErrorString(static_cast<cudaError_t>(e)); }
 };

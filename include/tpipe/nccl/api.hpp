@@ -1,15 +1,20 @@
 #pragma once
-// tpipe::nccl::api: the NCCL and CUDA calls tpipe's NCCL communicator and channels make, as a
-// concept, so that their logic (grouping, ordering, completion, cancellation, error reports)
-// is built and tested without NCCL or a GPU: tpipe::nccl::runtime_api (tpipe/nccl/runtime_api.hpp)
-// is the real one, tests/nccl/fake_nccl.hpp an in-process NCCL over threads that enforces NCCL's
-// rules. No NCCL or CUDA include here.
+// tpipe::nccl::api: the NCCL calls tpipe's NCCL communicator and channels make, as a concept, so
+// that their logic (grouping, ordering, completion, cancellation, error reports) is built and
+// tested without NCCL or a GPU: tpipe::nccl::runtime_api (tpipe/nccl/runtime_api.hpp) is the real
+// one, tests/nccl/fake_nccl.hpp an in-process NCCL over threads that enforces NCCL's rules. No
+// NCCL or CUDA include here.
 //
-// Result codes are ints: 0 is success, anything else the library's code (ncclResult_t for
-// NCCL calls, cudaError_t for stream calls), which describe() / describe_stream() turn into
-// text. Buffers are device memory for the real api (host memory for the fake).
+// Streams are not NCCL's: an api derives from tpipe::nccl::device_calls<driver_type>
+// (tpipe/nccl/device_calls.hpp), which makes its streams, markers, awaitables, buffers and copies
+// of the CUDA engine's driver seam (tpipe::cuda::driver). So the real api's stream work is the
+// engine's, and the fake NCCL launches its kernels on the streams of the engine's test double.
 //
-//   comm_t, stream_t, marker_t            opaque handles
+// Result codes are ints: 0 is success, anything else NCCL's code (ncclResult_t), which
+// describe() turns into text. Buffers are device memory for the real api (host memory for the
+// fake).
+//
+//   comm_t                                an opaque handle
 //   get_unique_id(id), init_rank(out, n, id, rank), split(c, color, key, out)
 //   rank_of(c), size_of(c)                ncclCommUserRank, ncclCommCount
 //   group_start(), group_end()            calls in between are issued at group_end
@@ -18,22 +23,16 @@
 //   async_error(c)                        ncclCommGetAsyncError: 0 while healthy
 //   abort(c), destroy(c)                  noexcept; abort may run on any thread
 //   describe(rc, c)                       NCCL's name and reason (and ncclGetLastError)
-//   record(s) -> marker, query(m) -> 0 done / 1 not yet / else a stream error, release(m)
-//   after(s, what, check)                 an awaiter: completes when the work recorded on s
-//                                         has, or throws once check() returns an error
-//   device_alloc(bytes), device_free(p), host_alloc(bytes), host_free(p)  (pinned host memory)
-//   copy_async(dst, src, bytes, s)        cudaMemcpyAsync (cudaMemcpyDefault)
-//   stream_create(), stream_destroy(s)
 #include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <type_traits>
 
 #include "tpipe/comm/communicator.hpp"
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/cuda/driver.hpp"
+#include "tpipe/nccl/device_calls.hpp"
 
 namespace tpipe::nccl {
 
@@ -69,19 +68,12 @@ struct unique_id {
     friend bool operator==(const unique_id&, const unique_id&) = default;
 };
 
-namespace detail {
-//! A health check as after() takes it: an error to throw, or nothing.
-struct check_probe {
-    std::optional<std::string> operator()() const { return std::nullopt; }
-};
-} // namespace detail
-
 template <class A>
 concept api =
-    std::copy_constructible<A> &&
-    requires(A& a, typename A::comm_t c, typename A::comm_t& out, typename A::stream_t s, typename A::marker_t m,
-             const void* in, void* o, std::size_t n, int i, dtype t, redop op, unique_id& id, const unique_id& cid,
-             const std::string& what) {
+    std::copy_constructible<A> && cuda::driver<typename A::driver_type> &&
+    std::derived_from<A, device_calls<typename A::driver_type>> &&
+    requires(A& a, typename A::comm_t c, typename A::comm_t& out, typename A::stream_t s, const void* in, void* o,
+             std::size_t n, int i, dtype t, redop op, unique_id& id, const unique_id& cid) {
         { a.get_unique_id(id) } -> std::same_as<int>;
         { a.init_rank(out, i, cid, i) } -> std::same_as<int>;
         { a.split(c, i, i, out) } -> std::same_as<int>;
@@ -97,18 +89,6 @@ concept api =
         { a.abort(c) } noexcept;
         { a.destroy(c) } noexcept;
         { a.describe(i, c) } -> std::convertible_to<std::string>;
-        { a.record(s) } -> std::same_as<typename A::marker_t>;
-        { a.query(m) } -> std::same_as<int>;
-        { a.release(m) } noexcept;
-        { a.describe_stream(i) } -> std::convertible_to<std::string>;
-        { a.after(s, what, detail::check_probe{}) } -> awaiter_of<void>;
-        { a.device_alloc(n) } -> std::same_as<void*>;
-        { a.device_free(o) } noexcept;
-        { a.host_alloc(n) } -> std::same_as<void*>;
-        { a.host_free(o) } noexcept;
-        { a.copy_async(o, in, n, s) } -> std::same_as<int>;
-        { a.stream_create() } -> std::same_as<typename A::stream_t>;
-        { a.stream_destroy(s) } noexcept;
     };
 
 } // namespace tpipe::nccl

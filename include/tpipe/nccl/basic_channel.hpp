@@ -38,7 +38,6 @@
 #include "tpipe/async/polled_awaiter.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/nccl/detail/polled.hpp"
 #include "tpipe/nccl/detail/receive_lane.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
@@ -101,8 +100,8 @@ public:
         std::memcpy(e.header, &head, sizeof(head));
         std::memcpy(host_envelope(tag), &e, sizeof(e));
         Api& a = core_.api;
-        check(a.copy_async(device_envelope(tag), host_envelope(tag), detail::envelope_bytes, dir_.stream),
-              "cudaMemcpyAsync (payload envelope to the device)");
+        a.copy_async(device_envelope(tag), host_envelope(tag), detail::envelope_bytes, dir_.stream,
+                     "nccl::channel to process " + std::to_string(peer_) + ": payload envelope to the device");
         check(a.group_start(), "ncclGroupStart");
         int rc = a.send(device_envelope(tag), detail::envelope_bytes, peer_, dir_.comm, dir_.stream);
         if (rc == 0 && !body.empty()) rc = a.send(body.data(), body.size(), peer_, dir_.comm, dir_.stream);

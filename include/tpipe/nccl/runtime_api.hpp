@@ -1,12 +1,8 @@
 #pragma once
-// tpipe::nccl::runtime_api: the real tpipe::nccl::api (tpipe/nccl/api.hpp) over NCCL and the CUDA
-// runtime. Stateless. Completion markers are events of tpipe::cuda::default_event_pool()
-// (tpipe::cuda::peer_runtime's), and
-// after() is tpipe::cuda::after (tpipe/cuda/after.hpp), so NCCL work is awaited like any other
-// stream work, from the loop, never on a driver thread.
-//
-// query(m) returns 0 (done), 1 (not yet) or -cudaError_t (the stream failed); describe_stream
-// takes that negative value.
+// tpipe::nccl::runtime_api: the real tpipe::nccl::api (tpipe/nccl/api.hpp) over NCCL, its streams,
+// markers and buffers the CUDA runtime's driver seam (tpipe::nccl::device_calls over
+// tpipe::cuda::runtime_driver, with the process-wide event pool of tpipe::cuda::after), so NCCL
+// work is awaited like any other stream work, from the loop, never on a driver thread.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -15,16 +11,17 @@
 #include <string>
 
 #include "tpipe/cuda/after.hpp"
-#include "tpipe/cuda/error_macros.hpp"
-#include "tpipe/cuda/peer_runtime.hpp"
+#include "tpipe/cuda/runtime_driver.hpp"
 #include "tpipe/nccl/api.hpp"
+#include "tpipe/nccl/device_calls.hpp"
 #include "tpipe/nccl/error_macros.hpp"
 
 namespace tpipe::nccl {
 
-//! Completion markers (record/query/release/describe_stream) are the peer copier's.
-struct runtime_api : cuda::peer_runtime {
+struct runtime_api : device_calls<cuda::runtime_driver> {
     using comm_t = ncclComm_t;
+
+    runtime_api() : device_calls(cuda::runtime_driver::instance(), cuda::default_event_pool()) {}
 
     static ncclDataType_t nccl_type(dtype t) noexcept
     {
@@ -101,40 +98,6 @@ struct runtime_api : cuda::peer_runtime {
         }
         return s + " (ncclResult_t " + std::to_string(rc) + ")";
     }
-
-    template <class Check>
-    auto after(stream_t s, const std::string& what, Check check)
-    {
-        return cuda::after(s, what, std::move(check));
-    }
-
-    void* device_alloc(std::size_t n)
-    {
-        void* p = nullptr;
-        TPIPE_CUDA_TRY(cudaMalloc(&p, n == 0 ? 1 : n));
-        return p;
-    }
-    void device_free(void* p) noexcept { (void)TPIPE_CUDA_LOG(cudaFree(p)); }
-    void* host_alloc(std::size_t n)
-    {
-        void* p = nullptr;
-        TPIPE_CUDA_TRY(cudaMallocHost(&p, n == 0 ? 1 : n));
-        return p;
-    }
-    void host_free(void* p) noexcept { (void)TPIPE_CUDA_LOG(cudaFreeHost(p)); }
-    int copy_async(void* dst, const void* src, std::size_t n, stream_t s) noexcept
-    {
-        const cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        return e;
-    }
-    stream_t stream_create()
-    {
-        cudaStream_t s = nullptr;
-        TPIPE_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        return s;
-    }
-    void stream_destroy(stream_t s) noexcept { (void)TPIPE_CUDA_LOG(cudaStreamDestroy(s)); }
 };
 static_assert(api<runtime_api>);
 

@@ -174,7 +174,7 @@ private:
     void post_envelope()
     {
         call(api_->recv(device_, envelope_bytes, peer_, comm_, stream_), "ncclRecv (payload envelope)");
-        call(api_->copy_async(host_, device_, envelope_bytes, stream_), "cudaMemcpyAsync (payload envelope to the host)");
+        api_->copy_async(host_, device_, envelope_bytes, stream_, where() + ": payload envelope to the host");
         marker_ = api_->record(stream_);
         state_ = envelope_posted;
     }
