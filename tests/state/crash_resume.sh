@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Crash test of train_gpt's checkpoints: SIGKILLs a run at random steps and restarts it from
+# Crash test of train_gpt's checkpoints: SIGKILLs a run at random moments and restarts it from
 # its newest checkpoint until it finishes; its final weights must be bitwise those of the same
 # run without interruption.
 #   crash_resume.sh TRAIN_GPT threads
@@ -7,8 +7,9 @@
 # Under MPI one rank process is killed (Open MPI then ends the whole job), as a lost node would.
 set -u
 train=$1 mode=$2 mpiexec=${3:-} mpiflags=${4:-}
-steps=24
-args=(--layers 2 --d-model 32 --heads 2 --seq-len 32 --batch 4 --steps $steps --threads 2 --json --stages 2)
+steps=36
+# A model big enough for a few ms a step: the kills must land before a run ends.
+args=(--layers 2 --d-model 64 --heads 2 --seq-len 64 --batch 8 --steps $steps --threads 2 --json --stages 2)
 launch=()
 if [ "$mode" = mpi ]; then
   # shellcheck disable=SC2206
@@ -23,28 +24,34 @@ weights() { grep -o '"weights_fnv":"[0-9a-f]*"' "$1" | tail -1 | cut -d'"' -f4; 
 want=$(weights "$work/reference.log")
 [ -n "$want" ] || { echo "no weights in the reference run"; cat "$work/reference.log"; exit 1; }
 
+# The moment of a kill follows the run's progress on disk, not its log (mpiexec forwards output
+# late) nor the clock: once the run has committed 1 or 2 checkpoints past the one it started
+# from, 0-20 ms later (within the next steps, or during a save). A target too close to the end
+# (a run finishes in well under a second) is not waited for.
+newest() { ls -d "$work"/ck/step-* 2> /dev/null | tail -1 | sed 's/.*step-0*//;s/^$/0/'; }
 RANDOM=${CRASH_SEED:-12345}
 kills=0
 for attempt in $(seq 1 100); do
   resume=()
   ls -d "$work"/ck/step-* > /dev/null 2>&1 && resume=(--resume "$work/ck")
   log="$work/run$attempt.log"
+  target=$(( $(newest) + 3 * (1 + RANDOM % 2) ))
   "${launch[@]}" "$train" "${args[@]}" --save "$work/ck" --save-every 3 --keep 2 "${resume[@]}" > "$log" 2>&1 &
   pid=$!
-  # Kill once the run has printed a step 1..8 steps past its newest checkpoint.
-  target=$(( $(ls -d "$work"/ck/step-* 2>/dev/null | tail -1 | sed 's/.*step-0*//;s/^$/0/') + 1 + RANDOM % 8 ))
-  while kill -0 $pid 2> /dev/null; do
-    if grep -q "\"step\":$target," "$log"; then
+  while [ $target -le $((steps - 9)) ] && kill -0 $pid 2> /dev/null; do
+    if [ "$(newest)" -ge $target ]; then
+      sleep "0.0$(printf '%02d' $((RANDOM % 21)))"
       victim=$pid what=train_gpt
       if [ "$mode" = mpi ]; then  # a rank process, child of mpiexec
         kids=($(pgrep -P $pid -x "$(basename "$train")"))
         [ ${#kids[@]} -gt 0 ] || { echo "FAIL: no rank process under mpiexec $pid"; exit 1; }
         victim=${kids[$((RANDOM % ${#kids[@]}))]} what="a rank process of mpiexec"
       fi
-      kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) && echo "attempt $attempt: SIGKILL to $what at step $target"
+      kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) &&
+        echo "attempt $attempt: SIGKILL to $what after checkpoint $target (newest checkpoint: $(ls "$work/ck" | tail -1))"
       break
     fi
-    sleep 0.02
+    sleep 0.005
   done
   { wait $pid; } 2> /dev/null
   rc=$?
