@@ -216,6 +216,24 @@ struct tpipe::payload_traits<fixed_bytes> {
 };
 namespace {
 static_assert(tpipe::byte_payload<fixed_bytes> && !tpipe::recyclable_payload<fixed_bytes>);
+
+// The header part every payload trait shares (host and device), both ways.
+struct header_of_wrong_type {
+    struct header {
+        int n;
+    };
+    static int header_of(const fixed_bytes&) { return 0; }
+};
+struct header_not_trivially_copyable {
+    struct header {
+        std::string shape;
+    };
+    static header header_of(const fixed_bytes&) { return {}; }
+};
+static_assert(tpipe::payload_header_traits<tpipe::payload_traits<fixed_bytes>, fixed_bytes>);
+static_assert(tpipe::payload_header_traits<tpipe::payload_traits<std::vector<float>>, std::vector<float>>);
+static_assert(!tpipe::payload_header_traits<header_of_wrong_type, fixed_bytes>);
+static_assert(!tpipe::payload_header_traits<header_not_trivially_copyable, fixed_bytes>);
 static_assert(tpipe::recyclable_payload<std::vector<float>> && !tpipe::recyclable_payload<opaque>);
 
 // ---- engines ----------------------------------------------------------------------------------

@@ -121,3 +121,4 @@ static_assert(!tpipe::cuda::device_payload<dev_floats, int>);  // make takes a h
 static_assert(!tpipe::cuda::device_payload<wide_header, host_pool>);
 static_assert(!tpipe::cuda::device_payload<pool_less, host_pool>);
 static_assert(!tpipe::cuda::device_payload<std::vector<float>, host_pool>);  // no device form given
+static_assert(!tpipe::byte_payload<dev_floats>);  // and a device form is no host byte form

@@ -24,9 +24,8 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
-#include <type_traits>
 
-#include "tpipe/exec/stage.hpp"
+#include "tpipe/exec/payload_traits.hpp"
 
 namespace tpipe::cuda {
 
@@ -36,13 +35,13 @@ struct device_payload_traits;
 //! Room for a payload header (NCCL sends it in a fixed-size envelope: tpipe/nccl/detail/receive_lane.hpp).
 inline constexpr std::size_t max_device_header_bytes = 40;
 
+//! A payload with a device form: device_payload_traits<T> is specialised as described above (its
+//! header part is the host traits' too: tpipe::payload_header_traits).
 template <class T, class Pool>
 concept device_payload =
-    payload<T> && requires { typename device_payload_traits<T>::header; } &&
-    std::is_trivially_copyable_v<typename device_payload_traits<T>::header> &&
+    payload_header_traits<device_payload_traits<T>, T> &&
     (sizeof(typename device_payload_traits<T>::header) <= max_device_header_bytes) &&
     requires(const T& c, T& m, const typename device_payload_traits<T>::header& h, Pool& pool) {
-        { device_payload_traits<T>::header_of(c) } -> std::same_as<typename device_payload_traits<T>::header>;
         { device_payload_traits<T>::make(h, pool) } -> std::same_as<T>;
         { device_payload_traits<T>::device_bytes(c) } -> std::same_as<std::span<const std::byte>>;
         { device_payload_traits<T>::device_bytes(m) } -> std::same_as<std::span<std::byte>>;

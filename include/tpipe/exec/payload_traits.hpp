@@ -40,13 +40,21 @@ namespace tpipe {
 template <class T>
 struct payload_traits;
 
+//! What every payload trait says first, whichever memory its body lives in (this one: host;
+//! tpipe::cuda::device_payload_traits: device): a trivially copyable header, and the header of an
+//! object. The traits stay two, named for their memory, so that a device payload never reaches a
+//! host transport by a tag left out.
+template <class Traits, class T>
+concept payload_header_traits = payload<T> && requires { typename Traits::header; } &&
+                                std::is_trivially_copyable_v<typename Traits::header> && requires(const T& c) {
+                                    { Traits::header_of(c) } -> std::same_as<typename Traits::header>;
+                                };
+
 //! A payload with a byte form: payload_traits<T> is specialised as described above.
 template <class T>
 concept byte_payload =
-    payload<T> && requires { typename payload_traits<T>::header; } &&
-    std::is_trivially_copyable_v<typename payload_traits<T>::header> &&
+    payload_header_traits<payload_traits<T>, T> &&
     requires(const T& c, T& m, const typename payload_traits<T>::header& h) {
-        { payload_traits<T>::header_of(c) } -> std::same_as<typename payload_traits<T>::header>;
         { payload_traits<T>::make(h) } -> std::same_as<T>;
         { payload_traits<T>::bytes(c) } -> std::same_as<std::span<const std::byte>>;
         { payload_traits<T>::bytes(m) } -> std::same_as<std::span<std::byte>>;
