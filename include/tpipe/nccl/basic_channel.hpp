@@ -74,7 +74,10 @@ public:
             lane_->detach(key_);
         }
         if (!pending_sends_.empty()) core_.poisoned = true;  // the communicator may still read them
-        if (core_.poisoned) core_.abort();                  // before the buffers go
+        if (core_.poisoned) {  // before the buffers go, the work that may still touch them ends
+            core_.abort();
+            core_.quiesce();
+        }
         release_markers();
         free_envelopes();
     }

@@ -100,6 +100,7 @@ public:
         bool busy = core_.poisoned;
         for (auto& [key, lane] : core_.lanes) busy |= lane->busy();
         if (busy) core_.abort();  // an NCCL receive left posted never completes
+        core_.quiesce();          // the lanes' buffers go next
         if (!core_.aborted) {
             core_.api.destroy(core_.down.comm);
             core_.api.destroy(core_.up.comm);

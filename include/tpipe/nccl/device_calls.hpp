@@ -10,9 +10,12 @@
 //   after(s, what, check)        cuda::basic_after: awaited from the loop, check() polled alongside
 //   device_alloc(n) / device_free(p), host_alloc(n) / host_free(p)  (pinned host memory)
 //   copy_async(dst, src, n, s, context)   cudaMemcpyAsync (cudaMemcpyDefault); throws on failure
+//   drain(s, limit)                       waits, polling, until the stream's work has run
 //   stream_create() / stream_destroy(s)   a non-blocking stream on the current GPU
+#include <chrono>
 #include <cstddef>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "tpipe/cuda/basic_after.hpp"
@@ -61,6 +64,23 @@ public:
         if (const int rc = d.memcpy_async(dst, src, n, s); rc != 0) {
             (void)d.last_error();  // not to be taken later for a failed kernel launch
             cuda::detail::check(d, rc, "cudaMemcpyAsync", context);
+        }
+    }
+
+    //! Waits, polling, until the work enqueued on `s` has completed or failed (true), or `limit`
+    //! passed (false): before freeing memory that work may still write.
+    bool drain(stream_t s, std::chrono::steady_clock::duration limit) noexcept
+    {
+        D& d = this->driver();
+        const auto start = std::chrono::steady_clock::now();
+        for (;;) {
+            const int rc = d.stream_query(s);
+            if (rc != D::not_ready) {
+                if (rc != 0) (void)d.last_error();
+                return true;
+            }
+            if (std::chrono::steady_clock::now() - start >= limit) return false;
+            std::this_thread::yield();
         }
     }
 

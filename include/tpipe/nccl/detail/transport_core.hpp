@@ -8,6 +8,7 @@
 // another, so on one communicator a receive that waits (for a peer still computing) would hold
 // back this process's sends in the other direction; with one communicator per direction, the
 // sends towards the last stage never wait behind receives from it, and the reverse.
+#include <chrono>
 #include <exception>
 #include <map>
 #include <memory>
@@ -83,6 +84,18 @@ struct transport_core {
         aborted = true;
         api.abort(up.comm);
         api.abort(down.comm);
+    }
+
+    //! Before buffers go: waits until both streams ran what was enqueued on them (envelope copies
+    //! and NCCL kernels write the buffers). Aborted kernels end, so after abort() this is
+    //! bounded; work that does not end within `limit` is aborted first.
+    void quiesce(std::chrono::milliseconds limit = std::chrono::seconds(10)) noexcept
+    {
+        const auto drained = [&](std::chrono::steady_clock::duration d) { return api.drain(up.stream, d) && api.drain(down.stream, d); };
+        if (!drained(limit)) {
+            abort();
+            (void)drained(std::chrono::steady_clock::duration::max());
+        }
     }
 
     void rethrow_failure() const
