@@ -10,10 +10,12 @@
 #   three elastic train_gpt runs only the first (the other two take the same code paths with
 #   other plans).
 # - thread: tpipe's own threaded code: the runtime (exec), the thread and ring communicators
-#   (comm), the elastic driver, the checkpoint's background writer (state), and the MPI suite
-#   with its progress thread. Not the single-threaded planners, schedules, simulator and parsers,
-#   nor the programs built on the threaded parts (the GPT, the CUDA and NCCL host logic against
-#   their fakes), whose threads are the runtime's and the communicators'.
+#   (comm), the elastic driver, the checkpoint's background writer (state), the MPI suite with
+#   its progress thread, and the NCCL host logic, whose fake runs its kernels and copies on the
+#   driver double's device thread (it found a buffer freed under a pending copy). Not the
+#   single-threaded planners, schedules, simulator and parsers, nor the programs built on the
+#   threaded parts (the GPT, the CUDA engine against its fake), whose threads are the runtime's
+#   and the communicators'.
 # Never here: install_consumer (builds a consumer with the plain compiler), diagnostics_*
 # (compile-only), pytorch_* (PyTorch runs the CSVs), state_crash_* (SIGKILL restart loops: what
 # they check, bitwise resume, runs instrumented in state_resume_shapes), libtorch_* (libtorch
@@ -39,9 +41,9 @@ kinds=("$@")
 address_suites=(core slice schedule sim plan exec comm elastic cuda nccl state mpi gpt fuzz_corpus)
 address_programs=(tpipe_mpi_crash tpipe_soak train_gpt tpipe-plan)
 address_tests='^(core|slice|schedule|sim|plan|exec|comm|elastic|cuda|nccl|state|mpi_.*|gpt|gpt_train_terapipe|gpt_train_elastic|gpt_train_(cuda_)?bad_flag|gpt_train_missing_data|gpt_mpi_.*|state_resume_shapes|fuzz_corpus|errors_table|soak_rss|elastic_cli|plan_slice_recompute)$'
-thread_suites=(exec comm elastic state mpi)
+thread_suites=(exec comm elastic state mpi nccl)
 thread_programs=()
-thread_tests='^(exec|comm|elastic|state|mpi_np.*|mpi_progress_.*)$'
+thread_tests='^(exec|comm|elastic|state|nccl|mpi_np.*|mpi_progress_.*)$'
 
 export LSAN_OPTIONS="suppressions=$root/.ci/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
