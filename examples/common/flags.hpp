@@ -18,7 +18,7 @@ using usage_error = tpipe::usage_error;  // what tpipe::flag_reader throws: exit
 inline double to_fraction(const std::string& flag, const std::string& v)
 {
     try {
-        const double x = tpipe::fraction::parse(v).value();
+        const double x = tpipe::elastic::fraction::parse(v).value();
         if (x > 0) return x;
     } catch (const tpipe::error&) {
     }

@@ -202,7 +202,7 @@ elastic_checkpointer::elastic_checkpointer(const checkpoint_flags& f, const conf
     if (writes && !f.save.empty()) out_.emplace(tpipe::state::writer_options{.root = f.save, .keep = f.keep, .shards = 1});
 }
 
-void elastic_checkpointer::after_step(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+void elastic_checkpointer::after_step(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p,
                                       adamw<float>& opt)
 {
     last_done_ = done;
@@ -219,7 +219,7 @@ bool elastic_checkpointer::save_stopped(std::int64_t done, const parameters<floa
     return out_ && done == last_saved_;
 }
 
-void elastic_checkpointer::save(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+void elastic_checkpointer::save(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p,
                                 adamw<float>& opt)
 {
     tpipe::state::manifest m;
@@ -280,7 +280,7 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
     tpipe::elastic::resume_point at;
     at.steps_done = m.step;
     try {
-        at.plan = tpipe::replan_record::from_json(m.elastic.at("plan"));
+        at.plan = tpipe::elastic::replan_record::from_json(m.elastic.at("plan"));
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic plan cannot be read: " + e.what());
     }

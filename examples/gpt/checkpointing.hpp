@@ -95,7 +95,7 @@ public:
                          tpipe::elastic::unit_seconds measured, bool writes);
     //! After the optimizer step that made `done` steps, under `plan`: a save every --save-every
     //! steps (committing the previous one first, so a save overlaps the next step's training).
-    void after_step(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p,
+    void after_step(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p,
                     adamw<float>& opt);
     //! A run stopped after `done` steps (a signal): saves that step unless it was saved (`p` and
     //! `opt` still hold it), then commits. True if a checkpoint of that step is on disk.
@@ -107,7 +107,7 @@ public:
     }
 
 private:
-    void save(std::int64_t done, const tpipe::replan_record& plan, const parameters<float>& p, adamw<float>& opt);
+    void save(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p, adamw<float>& opt);
 
     checkpoint_flags f_;
     config cfg_;
@@ -116,7 +116,7 @@ private:
     tpipe::elastic::unit_seconds measured_;
     std::optional<tpipe::state::checkpoint_writer> out_;  // where this process saves
     std::int64_t last_done_ = -1, last_saved_ = -1;
-    tpipe::replan_record last_plan_;
+    tpipe::elastic::replan_record last_plan_;
 };
 
 //! What a resume needs before it builds anything: the steps the elastic run that saved `path`

@@ -48,7 +48,7 @@ std::vector<int> layer_cuts_of(const std::vector<int>& stage_cuts, int layers)
     return c;
 }
 
-std::string slices_text(const tpipe::replan_record& r)
+std::string slices_text(const tpipe::elastic::replan_record& r)
 {
     std::ostringstream s;
     for (std::size_t m = 0; m < r.slices.size(); ++m) {
@@ -166,7 +166,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
                       << " layer(s) frozen, " << at.plan.stages << " stage(s) x " << at.plan.replicas << " replica(s)\n";
         return at;
     };
-    auto after_step = [&](std::int64_t done, const tpipe::replan_record& plan, parameters<float>& p, adamw<float>& opt) {
+    auto after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan, parameters<float>& p, adamw<float>& opt) {
         saver->after_step(done, plan, p, opt);
     };
     bool stop_saved = false;
@@ -218,7 +218,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
         elastic_gpt* trained = nullptr;  // the driver's model (every process holds the whole model)
-        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+        d.after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan) {
             after_step(done, plan, trained->params(), trained->optimizer());
         };
         tpipe::mpi::elastic_driver<elastic_gpt> driver(std::make_unique<elastic_gpt>(c.cfg, data, o.opt, o.seed),

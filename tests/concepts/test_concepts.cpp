@@ -431,18 +431,20 @@ static_assert(tpipe::slicer<tpipe::grid_slicer> && tpipe::slicer<tpipe::uniform_
 static_assert(!tpipe::slicer<vector_slicer>);
 
 struct frozen_layers {
-    int next_frozen(const tpipe::freeze_observation&) { return 0; }
+    int next_frozen(const tpipe::elastic::freeze_observation&) { return 0; }
 };
 struct frozen_text {
-    std::string next_frozen(const tpipe::freeze_observation&) { return {}; }
+    std::string next_frozen(const tpipe::elastic::freeze_observation&) { return {}; }
 };
-static_assert(tpipe::freeze_policy<frozen_layers> && !tpipe::freeze_policy<frozen_text>);
-static_assert(tpipe::freeze_policy<tpipe::progressive_freeze> && tpipe::freeze_policy<tpipe::paper_freeze>);
+static_assert(tpipe::elastic::freeze_policy<frozen_layers> && !tpipe::elastic::freeze_policy<frozen_text>);
+static_assert(tpipe::elastic::freeze_policy<tpipe::elastic::progressive_freeze> &&
+              tpipe::elastic::freeze_policy<tpipe::elastic::paper_freeze>);
 struct stage_time_model {
-    tpipe::stage_times stage_times(std::span<const int>, int) const { return {}; }
+    tpipe::elastic::stage_times stage_times(std::span<const int>, int) const { return {}; }
 };
-static_assert(tpipe::pipeline_latency<stage_time_model> && tpipe::pipeline_latency<tpipe::elastic_latency>);
-static_assert(!tpipe::pipeline_latency<seconds_model>);
+static_assert(tpipe::elastic::pipeline_latency<stage_time_model> &&
+              tpipe::elastic::pipeline_latency<tpipe::elastic::elastic_latency>);
+static_assert(!tpipe::elastic::pipeline_latency<seconds_model>);
 struct backend {  // what run_intervals drives (elastic/driver_loop.hpp)
     bool reshape(const tpipe::elastic::interval_shape&) { return true; }
     double step(std::int64_t) { return 0; }

@@ -14,9 +14,9 @@ namespace {
 struct proportional_latency {
     std::vector<double> costs;
     double per_microbatch = 0;
-    tpipe::stage_times stage_times(std::span<const int> cuts, int frozen) const
+    tpipe::elastic::stage_times stage_times(std::span<const int> cuts, int frozen) const
     {
-        tpipe::stage_times t;
+        tpipe::elastic::stage_times t;
         t.per_microbatch = per_microbatch;
         for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
             double f = 0, b = 0;
@@ -33,42 +33,42 @@ TEST_CASE("simulated GPipe iteration on equal stages is (M + K - 1)(f + b) B / M
 {
     for (int K : {1, 2, 4, 8})
         for (int M : {1, 3, 8, 16}) {
-            tpipe::stage_times t;
+            tpipe::elastic::stage_times t;
             t.forward.assign(K, 0.5);
             t.backward.assign(K, 1.0);
             const double B = 32;
-            CHECK(tpipe::simulate_iteration(t, B, M) == Approx((M + K - 1) * 1.5 * B / M));
+            CHECK(tpipe::elastic::simulate_iteration(t, B, M) == Approx((M + K - 1) * 1.5 * B / M));
         }
 }
 
 TEST_CASE("microbatch count is the simulated optimum over K .. 6K")
 {
-    tpipe::stage_times t;
+    tpipe::elastic::stage_times t;
     t.forward.assign(4, 1e-3);
     t.backward.assign(4, 2e-3);
     t.per_microbatch = 5e-3;
-    const auto c = tpipe::choose_microbatches(t, 64);
+    const auto c = tpipe::elastic::choose_microbatches(t, 64);
     double best = 1e300;
     int arg = 0;
     for (int m = 4; m <= 24; ++m)
-        if (double s = tpipe::simulate_iteration(t, 64, m); s < best) best = s, arg = m;
+        if (double s = tpipe::elastic::simulate_iteration(t, 64, m); s < best) best = s, arg = m;
     CHECK(c.microbatches == arg);
     CHECK(c.iteration_seconds == best);
     CHECK(arg > 4);
     CHECK(arg < 24);  // the fixed cost per microbatch makes both ends lose
     t.per_microbatch = 0;
-    CHECK(tpipe::choose_microbatches(t, 64).microbatches == 24);  // free microbatches: the most wins
-    CHECK(tpipe::choose_microbatches(t, 3).microbatches == 3);    // never more microbatches than samples
+    CHECK(tpipe::elastic::choose_microbatches(t, 64).microbatches == 24);  // free microbatches: the most wins
+    CHECK(tpipe::elastic::choose_microbatches(t, 3).microbatches == 3);    // never more microbatches than samples
 }
 
 TEST_CASE("autopipe halves while the halved slowest stage <= the starting one")
 {
     const std::vector<double> costs(8, 1.0);
-    tpipe::autopipe_options o;
+    tpipe::elastic::autopipe_options o;
     o.devices = 8;
     o.initial_stages = 4;
     o.batch = 16;
-    tpipe::autopipe pipe(costs, o, proportional_latency{costs});
+    tpipe::elastic::autopipe pipe(costs, o, proportional_latency{costs});
     CHECK(pipe.reference_cost() == 2);
     const auto start = pipe.initial();
     CHECK(start.stages == 4);
@@ -83,18 +83,18 @@ TEST_CASE("autopipe halves while the halved slowest stage <= the starting one")
     CHECK(pipe.replan(7, 4).stages == 1);
 
     o.strict = true;  // "<" as Algorithm 1 prints it: equality no longer halves
-    tpipe::autopipe strict(costs, o, proportional_latency{costs});
+    tpipe::elastic::autopipe strict(costs, o, proportional_latency{costs});
     CHECK(strict.replan(4, 4).stages == 4);
     CHECK(strict.replan(6, 4).stages == 2);  // 2 active: 1 < 2 halves to 2, but 2 < 2 does not
 
     o.strict = false;
     o.add_replicas = false;  // no AutoDP: freed devices idle
-    tpipe::autopipe no_dp(costs, o, proportional_latency{costs});
+    tpipe::elastic::autopipe no_dp(costs, o, proportional_latency{costs});
     CHECK(no_dp.replan(4, 4).replicas == 2);
 
     o.add_replicas = true;
     o.min_stages = 2;
-    tpipe::autopipe floor2(costs, o, proportional_latency{costs});
+    tpipe::elastic::autopipe floor2(costs, o, proportional_latency{costs});
     CHECK(floor2.replan(6, 4).stages == 2);
     CHECK_THROWS_WITH(floor2.replan(7, 4), Catch::Contains("min_stages"));  // 1 active unit cannot fill 2
 }
@@ -105,11 +105,11 @@ TEST_CASE("autopipe's chosen shape is the halving fixpoint on random costs")
     for (int trial = 0; trial < 60; ++trial) {
         std::vector<double> costs(6 + trial % 10);
         for (auto& c : costs) c = 1 + static_cast<double>(rng() % 9);
-        tpipe::autopipe_options o;
+        tpipe::elastic::autopipe_options o;
         o.devices = 16;
         o.initial_stages = 4;
         o.batch = 8;
-        tpipe::autopipe pipe(costs, o, proportional_latency{costs, 1e-3});
+        tpipe::elastic::autopipe pipe(costs, o, proportional_latency{costs, 1e-3});
         const double ref = pipe.reference_cost();
         const int n = static_cast<int>(costs.size());
         for (int f = 0; f < n; ++f) {
@@ -120,7 +120,7 @@ TEST_CASE("autopipe's chosen shape is the halving fixpoint on random costs")
             const bool forced = n - f < s.stages * 2 && s.stages < 4;
             if (s.stages < 4 && !forced) CHECK(s.layers.max_stage_cost <= ref);
             if (s.stages > 1 && n - f >= s.stages / 2)
-                CHECK(tpipe::partition_layers(costs, s.stages / 2, f).max_stage_cost > ref);
+                CHECK(tpipe::elastic::partition_layers(costs, s.stages / 2, f).max_stage_cost > ref);
         }
     }
 }
@@ -129,12 +129,12 @@ TEST_CASE("autopipe refuses bad shapes")
 {
     const std::vector<double> costs(4, 1.0);
     proportional_latency lat{costs};
-    tpipe::autopipe_options o;
+    tpipe::elastic::autopipe_options o;
     o.devices = 6;
     o.initial_stages = 4;
-    CHECK_THROWS_AS(tpipe::autopipe(costs, o, lat), tpipe::invalid_argument);
+    CHECK_THROWS_AS(tpipe::elastic::autopipe(costs, o, lat), tpipe::invalid_argument);
     o.devices = 8;
-    tpipe::autopipe pipe(costs, o, lat);
+    tpipe::elastic::autopipe pipe(costs, o, lat);
     CHECK_THROWS_AS(pipe.replan(4, 4), tpipe::invalid_argument);  // the head stays active
     CHECK_THROWS_AS(pipe.replan(1, 3), tpipe::invalid_argument);
 }

@@ -180,11 +180,11 @@ TEST_CASE("elastic driver: a run resumed mid-interval from a step's state and pl
     // What a checkpoint after every step would hold: replica 0's weights and the step's plan.
     struct saved {
         std::vector<double> w;
-        tpipe::replan_record plan;
+        tpipe::elastic::replan_record plan;
     };
     std::map<std::int64_t, saved> after;
     tpipe::elastic::thread_driver<chain>* running = nullptr;
-    o.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+    o.after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan) {
         after[done] = {running->replica(0).w, plan};
     };
     tpipe::elastic::thread_driver<chain> whole([&] { return std::make_unique<chain>(units, data); },

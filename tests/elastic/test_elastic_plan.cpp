@@ -12,9 +12,9 @@
 #include "tpipe/elastic/elastic_presets.hpp"
 
 namespace {
-tpipe::elastic_options paper_setting(tpipe::elastic_components use)
+tpipe::elastic::elastic_options paper_setting(tpipe::elastic::elastic_components use)
 {
-    tpipe::elastic_options o;
+    tpipe::elastic::elastic_options o;
     o.devices = 16;
     o.initial_stages = 8;
     o.epochs = 10;
@@ -22,43 +22,43 @@ tpipe::elastic_options paper_setting(tpipe::elastic_components use)
     o.use = use;
     return o;
 }
-tpipe::elastic_plan plan(tpipe::elastic_components use)
+tpipe::elastic::elastic_plan plan(tpipe::elastic::elastic_components use)
 {
-    tpipe::progressive_freeze third(tpipe::fraction{1, 3});
-    return tpipe::plan_elastic(tpipe::elastic_presets::vit_b16_imagenet(), paper_setting(use), third);
+    tpipe::elastic::progressive_freeze third(tpipe::elastic::fraction{1, 3});
+    return tpipe::elastic::plan_elastic(tpipe::elastic::presets::vit_b16_imagenet(), paper_setting(use), third);
 }
-constexpr tpipe::elastic_components baseline{false, false, false, false}, freeze_only{true, false, false, false},
+constexpr tpipe::elastic::elastic_components baseline{false, false, false, false}, freeze_only{true, false, false, false},
     pipe_cache{true, true, false, true}, pipe_dp{true, true, true, false}, all{true, true, true, true};
 } // namespace
 
 TEST_CASE("the baseline keeps K0 stages and N / K0 replicas; each epoch is iterations x the simulated iteration")
 {
-    const auto m = tpipe::elastic_presets::vit_b16_imagenet();
+    const auto m = tpipe::elastic::presets::vit_b16_imagenet();
     const auto p = plan(baseline);
     const std::int64_t iterations = (m.samples_per_epoch + 2 * m.batch - 1) / (2 * m.batch);
     for (const auto& e : p.epochs) {
         CHECK(e.record.frozen == 0);
         CHECK(e.record.stages == 8);
         CHECK(e.record.replicas == 2);
-        CHECK(e.cache == tpipe::cache_use::off);
+        CHECK(e.cache == tpipe::elastic::cache_use::off);
         CHECK(e.iterations == iterations);
         CHECK(e.seconds == Approx(iterations * e.iteration_seconds));
         CHECK(e.record.microbatches >= 8);
         CHECK(e.record.microbatches <= 48);
     }
     // The iteration is the simulator's answer for the planned shape.
-    const tpipe::elastic_latency lat{&m, 16, 8, false, {}};
+    const tpipe::elastic::elastic_latency lat{&m, 16, 8, false, {}};
     const auto& e0 = p.epochs.front();
     CHECK(e0.iteration_seconds ==
-          Approx(tpipe::simulate_iteration(lat.stage_times(e0.record.cuts, 0), m.batch, e0.record.microbatches)));
-    CHECK(e0.record.cuts == tpipe::partition_layers(m.train_costs(), 8).cuts);
+          Approx(tpipe::elastic::simulate_iteration(lat.stage_times(e0.record.cuts, 0), m.batch, e0.record.microbatches)));
+    CHECK(e0.record.cuts == tpipe::elastic::partition_layers(m.train_costs(), 8).cuts);
 }
 
 TEST_CASE("the plan freezes as AutoFreeze says, shrinks monotonically and uses every device")
 {
-    const auto m = tpipe::elastic_presets::vit_b16_imagenet();
-    tpipe::progressive_freeze third(tpipe::fraction{1, 3});
-    const auto schedule = tpipe::freeze_schedule(third, 12, 10);
+    const auto m = tpipe::elastic::presets::vit_b16_imagenet();
+    tpipe::elastic::progressive_freeze third(tpipe::elastic::fraction{1, 3});
+    const auto schedule = tpipe::elastic::freeze_schedule(third, 12, 10);
     const auto p = plan(all);
     int stages = 8;
     bool written = false;
@@ -71,21 +71,21 @@ TEST_CASE("the plan freezes as AutoFreeze says, shrinks monotonically and uses e
         CHECK(r.cuts[1] > m.frozen_units(r.frozen));  // the frozen prefix stays on stage 0
         stages = r.stages;
         const auto c = p.epochs[e].cache;
-        if (c == tpipe::cache_use::read || c == tpipe::cache_use::extend) CHECK(written);
-        written = written || c != tpipe::cache_use::off;
-        if (r.frozen == 0) CHECK(c == tpipe::cache_use::off);
+        if (c == tpipe::elastic::cache_use::read || c == tpipe::elastic::cache_use::extend) CHECK(written);
+        written = written || c != tpipe::elastic::cache_use::off;
+        if (r.frozen == 0) CHECK(c == tpipe::elastic::cache_use::off);
     }
     CHECK(stages == 1);  // all 12 blocks frozen: the head alone is one stage
 }
 
 TEST_CASE("the last epoch of the full plan has its closed form: K = 1, M = 1, the head trains on cached inputs")
 {
-    const auto m = tpipe::elastic_presets::vit_b16_imagenet();
+    const auto m = tpipe::elastic::presets::vit_b16_imagenet();
     const auto whole = plan(all);
     const auto& last = whole.epochs.back();
     REQUIRE(last.record.stages == 1);
     REQUIRE(last.record.microbatches == 1);
-    REQUIRE(last.cache == tpipe::cache_use::read);
+    REQUIRE(last.cache == tpipe::elastic::cache_use::read);
     const auto& head = m.units.back();
     const double head_forward = head.params * m.seconds_per_param;
     // One forward and one backward of the whole batch, then the ring all-reduce of the head.
@@ -115,9 +115,9 @@ TEST_CASE("lambda from the model prices stage 0 as it runs; the paper's rule kee
 {
     auto o = paper_setting(all);
     o.lambda.reset();
-    tpipe::progressive_freeze third(tpipe::fraction{1, 3});
-    const auto m = tpipe::elastic_presets::vit_b16_imagenet();
-    const auto p = tpipe::plan_elastic(m, o, third);
+    tpipe::elastic::progressive_freeze third(tpipe::elastic::fraction{1, 3});
+    const auto m = tpipe::elastic::presets::vit_b16_imagenet();
+    const auto p = tpipe::elastic::plan_elastic(m, o, third);
     // Charging the frozen prefix its real time can only make the halving test harder.
     const auto code = plan(all);
     for (std::size_t e = 0; e < p.epochs.size(); ++e) CHECK(p.epochs[e].record.stages >= code.epochs[e].record.stages);
@@ -129,25 +129,25 @@ TEST_CASE("elastic model JSON round trip and refusals")
         "seconds_per_param": 1e-6, "per_microbatch_seconds": 1e-3,
         "units": [{"name": "b0", "params": 100, "block": 0}, {"name": "b1", "params": 100, "block": 1},
                   {"name": "head", "params": 10, "block": 2}]})");
-    const auto m = tpipe::elastic_model_from_json(v);
+    const auto m = tpipe::elastic::elastic_model_from_json(v);
     CHECK(m.units.size() == 3);
     CHECK(m.frozen_units(1) == 1);
-    tpipe::progressive_freeze half(tpipe::fraction{1, 2});
-    tpipe::elastic_options o;
+    tpipe::elastic::progressive_freeze half(tpipe::elastic::fraction{1, 2});
+    tpipe::elastic::elastic_options o;
     o.devices = 2;
     o.initial_stages = 2;
     o.epochs = 3;
-    const auto p = tpipe::plan_elastic(m, o, half);
+    const auto p = tpipe::elastic::plan_elastic(m, o, half);
     CHECK(p.epochs.back().record.frozen == 2);
     CHECK(p.epochs.back().record.stages == 1);
     CHECK(p.epochs.back().record.replicas == 2);
-    CHECK_THROWS_AS(tpipe::elastic_model_from_json(tpipe::json::parse(R"({"layers": 1, "unitz": []})")),
+    CHECK_THROWS_AS(tpipe::elastic::elastic_model_from_json(tpipe::json::parse(R"({"layers": 1, "unitz": []})")),
                     tpipe::parse_error);
     // The last unit must be the head (block = layers), and blocks must not decrease.
-    CHECK_THROWS_WITH(tpipe::elastic_model_from_json(tpipe::json::parse(
+    CHECK_THROWS_WITH(tpipe::elastic::elastic_model_from_json(tpipe::json::parse(
                           R"({"layers": 2, "units": [{"params": 1, "block": 0}, {"params": 1, "block": 1}]})")),
                       Catch::Contains("head"));
-    CHECK_THROWS_WITH(tpipe::elastic_model_from_json(tpipe::json::parse(
+    CHECK_THROWS_WITH(tpipe::elastic::elastic_model_from_json(tpipe::json::parse(
                           R"({"layers": 2, "units": [{"params": 1, "block": 1}, {"params": 1, "block": 0},
                               {"params": 1, "block": 2}]})")),
                       Catch::Contains("prefix"));
@@ -155,7 +155,7 @@ TEST_CASE("elastic model JSON round trip and refusals")
 
 TEST_CASE("a cache larger than the host budget reads the rest from disk")
 {
-    auto m = tpipe::elastic_presets::vit_b16_imagenet();
+    auto m = tpipe::elastic::presets::vit_b16_imagenet();
     const double in_memory = m.cache_seconds();
     const double per_node = static_cast<double>(m.samples_per_epoch) / m.nodes * m.activation_bytes;
     m.cache_budget_bytes = per_node / 4;

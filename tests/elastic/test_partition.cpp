@@ -54,7 +54,7 @@ TEST_CASE("partition_layers equals brute force on random costs, stage counts and
         const int frozen = static_cast<int>(rng() % n);
         const int K = 1 + static_cast<int>(rng() % (n - frozen));
         const double lambda = std::vector<double>{0, 1.0 / 8, 0.5, 1}[trial % 4];  // exact binary fractions
-        const auto p = tpipe::partition_layers(c, K, frozen, lambda);
+        const auto p = tpipe::elastic::partition_layers(c, K, frozen, lambda);
         INFO("n=" << n << " K=" << K << " frozen=" << frozen << " lambda=" << lambda);
         CHECK(p.max_stage_cost == brute_force(c, K, frozen, lambda));
         REQUIRE(p.cuts.size() == static_cast<std::size_t>(K + 1));
@@ -72,7 +72,7 @@ TEST_CASE("partition of ViT-B/16 sublayers matches the logged stage sizes in tot
     std::vector<double> c{742656};
     for (int b = 0; b < 12; ++b) c.push_back(2363904), c.push_back(4723968);
     c.push_back(1536 + 769000);
-    const auto p = tpipe::partition_layers(c, 4);
+    const auto p = tpipe::elastic::partition_layers(c, 4);
     double total = 0;
     for (double s : p.stage_costs) total += s;
     CHECK(total == 86567656);
@@ -82,7 +82,7 @@ TEST_CASE("partition of ViT-B/16 sublayers matches the logged stage sizes in tot
 TEST_CASE("a big outlier unit gets its own stage rather than an empty neighbour")
 {
     const std::vector<double> c{100, 1, 1, 1, 1, 1, 1, 1};
-    const auto p = tpipe::partition_layers(c, 4);
+    const auto p = tpipe::elastic::partition_layers(c, 4);
     CHECK(p.stage_costs.front() == 100);
     for (int s = 0; s < 4; ++s) CHECK(p.cuts[s] < p.cuts[s + 1]);
 }
@@ -90,25 +90,25 @@ TEST_CASE("a big outlier unit gets its own stage rather than an empty neighbour"
 TEST_CASE("partition refuses impossible shapes and bad costs with a reason")
 {
     const std::vector<double> c{1, 2, 3};
-    CHECK_THROWS_WITH(tpipe::partition_layers(c, 4), Catch::Contains("active units"));
-    CHECK_THROWS_WITH(tpipe::partition_layers(c, 2, 2), Catch::Contains("use fewer stages"));
-    CHECK_THROWS_AS(tpipe::partition_layers(c, 0), tpipe::invalid_argument);
-    CHECK_THROWS_AS(tpipe::partition_layers(c, 1, 0, -1), tpipe::invalid_argument);
-    CHECK_THROWS_AS(tpipe::partition_layers(std::vector<double>{1, -2}, 1), tpipe::invalid_argument);
-    CHECK_THROWS_AS(tpipe::priced_partition(c, {0, 0, 3}), tpipe::invalid_argument);
-    CHECK_THROWS_WITH(tpipe::priced_partition(c, {0, 1, 3}, 1), Catch::Contains("frozen prefix"));
-    CHECK(tpipe::priced_partition(c, {0, 2, 3}, 1, 0.5).stage_costs == std::vector<double>{2.5, 3});
+    CHECK_THROWS_WITH(tpipe::elastic::partition_layers(c, 4), Catch::Contains("active units"));
+    CHECK_THROWS_WITH(tpipe::elastic::partition_layers(c, 2, 2), Catch::Contains("use fewer stages"));
+    CHECK_THROWS_AS(tpipe::elastic::partition_layers(c, 0), tpipe::invalid_argument);
+    CHECK_THROWS_AS(tpipe::elastic::partition_layers(c, 1, 0, -1), tpipe::invalid_argument);
+    CHECK_THROWS_AS(tpipe::elastic::partition_layers(std::vector<double>{1, -2}, 1), tpipe::invalid_argument);
+    CHECK_THROWS_AS(tpipe::elastic::priced_partition(c, {0, 0, 3}), tpipe::invalid_argument);
+    CHECK_THROWS_WITH(tpipe::elastic::priced_partition(c, {0, 1, 3}, 1), Catch::Contains("frozen prefix"));
+    CHECK(tpipe::elastic::priced_partition(c, {0, 2, 3}, 1, 0.5).stage_costs == std::vector<double>{2.5, 3});
 }
 
 TEST_CASE("partition refuses costs whose sum is not finite and searches too large to finish, before the work",
           "[elastic][partition]")
 {
     const std::vector<double> huge{1, 1e308, 1e308};
-    CHECK_THROWS_WITH(tpipe::partition_layers(huge, 2), Catch::Contains("the costs add up to more than a double holds"));
+    CHECK_THROWS_WITH(tpipe::elastic::partition_layers(huge, 2), Catch::Contains("the costs add up to more than a double holds"));
     const std::vector<double> many(50'000, 1.0);
-    CHECK_THROWS_WITH(tpipe::partition_layers(many, 1000),
+    CHECK_THROWS_WITH(tpipe::elastic::partition_layers(many, 1000),
                       Catch::Contains("50000 units x 1000 stages is about 1250000000000 steps of the exact search"));
     // At the limit's scale but inside it, the search runs.
     const std::vector<double> fine(2000, 1.0);
-    CHECK(tpipe::partition_layers(fine, 4).max_stage_cost == 500);
+    CHECK(tpipe::elastic::partition_layers(fine, 4).max_stage_cost == 500);
 }

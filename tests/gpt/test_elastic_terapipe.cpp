@@ -70,6 +70,6 @@ TEST_CASE("elastic training with TeraPipe slices equals the frozen reference giv
     // The record carries the slices through its JSON line.
     const auto line = first.plan.to_json_line();
     REQUIRE(line.find("\"slices\"") != std::string::npos);
-    REQUIRE(tpipe::replan_record::from_json(tpipe::json::parse(line)) == first.plan);
+    REQUIRE(tpipe::elastic::replan_record::from_json(tpipe::json::parse(line)) == first.plan);
     REQUIRE(run.intervals[2].plan.to_json_line().find("\"slices\"") == std::string::npos);
 }

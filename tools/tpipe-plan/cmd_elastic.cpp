@@ -59,12 +59,12 @@ same run without freezing (K0 stages, N / K0 replicas).
                    --json logs them (measured_throughput null)
 )";
 
-tpipe::json::object components_json(const tpipe::elastic_components& c)
+tpipe::json::object components_json(const tpipe::elastic::elastic_components& c)
 {
     return {{"freeze", c.freeze}, {"autopipe", c.autopipe}, {"autodp", c.autodp}, {"autocache", c.autocache}};
 }
 
-tpipe::json::value plan_json(const tpipe::elastic_plan& p)
+tpipe::json::value plan_json(const tpipe::elastic::elastic_plan& p)
 {
     tpipe::json::array epochs;
     for (const auto& e : p.epochs) {
@@ -72,7 +72,7 @@ tpipe::json::value plan_json(const tpipe::elastic_plan& p)
         line["seconds"] = e.seconds;
         line["iteration_seconds"] = e.iteration_seconds;
         line["iterations"] = e.iterations;
-        line["cache"] = tpipe::to_string(e.cache);
+        line["cache"] = tpipe::elastic::to_string(e.cache);
         line["replanned"] = e.replanned;
         epochs.emplace_back(std::move(line));
     }
@@ -82,7 +82,7 @@ tpipe::json::value plan_json(const tpipe::elastic_plan& p)
 
 struct ablation_row {
     const char* name;
-    tpipe::elastic_components use;
+    tpipe::elastic::elastic_components use;
 };
 // The paper's Fig. 9 rows, in its order.
 constexpr ablation_row ablation_rows[] = {
@@ -100,7 +100,7 @@ int run_elastic(tpipe::flag_reader& a)
         return 0;
     }
     const auto model_arg = a.value("--model");
-    tpipe::elastic_options o;
+    tpipe::elastic::elastic_options o;
     o.devices = a.required_number<int>("--devices");
     const auto alpha_text = a.value("--alpha");
     o.epochs = a.required_number<int>("--epochs");
@@ -128,23 +128,23 @@ int run_elastic(tpipe::flag_reader& a)
         throw tpipe::invalid_argument("--stages K0 = " + std::to_string(o.initial_stages) + " must be >= 1 and divide " +
                                       "--devices " + std::to_string(o.devices) + (stages_text ? "" : "; give --stages"));
     if (lambda_text != "model") o.lambda = tpipe::cli::parse_ratio("--lambda", lambda_text);
-    if (schedule == "1f1b") o.schedule = tpipe::pipeline_schedule::one_f_one_b;
+    if (schedule == "1f1b") o.schedule = tpipe::elastic::pipeline_schedule::one_f_one_b;
     else if (schedule != "gpipe") throw tpipe::invalid_argument("--schedule must be gpipe or 1f1b, got '" + schedule + "'");
     if (policy != "progressive" && policy != "paper")
         throw tpipe::invalid_argument("--policy must be progressive or paper, got '" + policy + "'");
-    const auto alpha = tpipe::fraction::parse(*alpha_text);
+    const auto alpha = tpipe::elastic::fraction::parse(*alpha_text);
     const bool preset = std::filesystem::path(*model_arg).extension() != ".json";
-    const auto model = preset ? tpipe::elastic_presets::by_name(*model_arg) : tpipe::load_elastic_model(*model_arg);
+    const auto model = preset ? tpipe::elastic::presets::by_name(*model_arg) : tpipe::elastic::load_elastic_model(*model_arg);
 
-    auto plan = [&](tpipe::elastic_components use) {
+    auto plan = [&](tpipe::elastic::elastic_components use) {
         auto opt = o;
         opt.use = use;
         if (policy == "paper") {
-            tpipe::paper_freeze p(alpha);
-            return tpipe::plan_elastic(model, opt, p);
+            tpipe::elastic::paper_freeze p(alpha);
+            return tpipe::elastic::plan_elastic(model, opt, p);
         }
-        tpipe::progressive_freeze p(alpha);
-        return tpipe::plan_elastic(model, opt, p);
+        tpipe::elastic::progressive_freeze p(alpha);
+        return tpipe::elastic::plan_elastic(model, opt, p);
     };
     const auto result = plan(o.use);
     if (as_lines) {
@@ -188,7 +188,7 @@ int run_elastic(tpipe::flag_reader& a)
     for (const auto& e : result.epochs)
         std::cout << std::setw(5) << e.record.epoch << std::setw(8) << e.record.frozen << std::setw(8)
                   << e.record.stages << std::setw(10) << e.record.replicas << std::setw(14) << e.record.microbatches
-                  << "  " << std::setw(6) << std::left << tpipe::to_string(e.cache) << std::right << std::setw(10)
+                  << "  " << std::setw(6) << std::left << tpipe::elastic::to_string(e.cache) << std::right << std::setw(10)
                   << std::setprecision(0) << e.seconds << std::setw(11) << e.record.predicted_throughput << "\n";
     std::cout << std::setprecision(0) << "\ntotal " << result.seconds << " s, without freezing " << baseline.seconds
               << " s: speedup " << std::setprecision(2) << speedup << "x\n";

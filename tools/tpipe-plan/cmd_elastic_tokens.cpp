@@ -57,19 +57,23 @@ int run_elastic_tokens(tpipe::flag_reader& a)
     a.finish();
     if (!model_arg) throw tpipe::invalid_argument("missing required --model (gpt3-13b, gpt3-175b, ... or vit-b16)");
     if (!alpha_text) throw tpipe::invalid_argument("missing required --alpha A (p/q or a decimal in (0, 1])");
-    const auto alpha = tpipe::fraction::parse(*alpha_text);
+    const auto alpha = tpipe::elastic::fraction::parse(*alpha_text);
     const int k0 = stages_text ? tpipe::flag_reader::parse<int>("--stages", *stages_text) : std::min(devices, 48);
 
     if (*model_arg == "vit-b16") {  // the fall-back: the existing elastic plan, cases none and PipeTransformer
-        const auto model = tpipe::elastic_presets::by_name(*model_arg);
-        tpipe::elastic_options o;
+        const auto model = tpipe::elastic::presets::by_name(*model_arg);
+        tpipe::elastic::elastic_options o;
         o.devices = devices;
         o.initial_stages = k0;
         o.epochs = epochs;
         o.lambda = 0;  // tpipe-plan elastic's default
-        tpipe::progressive_freeze p(alpha);
-        const double none = [&] { auto q = o; q.use = {false, false, false, false}; return tpipe::plan_elastic(model, q, p).seconds; }();
-        const double pt = tpipe::plan_elastic(model, o, p).seconds;
+        tpipe::elastic::progressive_freeze p(alpha);
+        const double none = [&] {
+            auto q = o;
+            q.use = {false, false, false, false};
+            return tpipe::elastic::plan_elastic(model, q, p).seconds;
+        }();
+        const double pt = tpipe::elastic::plan_elastic(model, o, p).seconds;
         const std::string why = "token slicing does not apply to " + *model_arg +
                                 ": an encoder's tokens attend to every token, so no slice can leave a stage before "
                                 "the whole sequence has entered it; falling back to PipeTransformer alone";

@@ -29,7 +29,7 @@ Frozen leading layers at the start of each epoch 0 .. E-1 (AutoFreeze, PipeTrans
 template <class Policy>
 std::vector<int> schedule(Policy p, int layers, int epochs, int max_frozen)
 {
-    return tpipe::freeze_schedule(p, layers, epochs, max_frozen);
+    return tpipe::elastic::freeze_schedule(p, layers, epochs, max_frozen);
 }
 
 int run_freeze(tpipe::flag_reader& a)
@@ -48,10 +48,10 @@ int run_freeze(tpipe::flag_reader& a)
     if (!alpha_text) throw tpipe::invalid_argument("missing required --alpha A (p/q or a decimal in (0, 1])");
     if (a.value("--max-frozen") && max_frozen < 0)
         throw tpipe::invalid_argument("--max-frozen must be >= 0, got " + std::to_string(max_frozen));
-    const auto alpha = tpipe::fraction::parse(*alpha_text);
+    const auto alpha = tpipe::elastic::fraction::parse(*alpha_text);
     std::vector<int> frozen;
-    if (policy == "progressive") frozen = schedule(tpipe::progressive_freeze(alpha), layers, epochs, max_frozen);
-    else if (policy == "paper") frozen = schedule(tpipe::paper_freeze(alpha), layers, epochs, max_frozen);
+    if (policy == "progressive") frozen = schedule(tpipe::elastic::progressive_freeze(alpha), layers, epochs, max_frozen);
+    else if (policy == "paper") frozen = schedule(tpipe::elastic::paper_freeze(alpha), layers, epochs, max_frozen);
     else throw tpipe::invalid_argument("--policy must be progressive or paper, got '" + policy + "'");
 
     if (as_json) {

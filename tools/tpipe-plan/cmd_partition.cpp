@@ -56,7 +56,7 @@ int run_partition(tpipe::flag_reader& a)
     if (!costs_text) throw tpipe::invalid_argument("missing required --costs c1,c2,...");
     const auto costs = parse_costs(*costs_text);
     const double lambda = lambda_text ? tpipe::cli::parse_ratio("--lambda", *lambda_text) : 0.0;
-    const auto p = tpipe::partition_layers(costs, stages, frozen, lambda);
+    const auto p = tpipe::elastic::partition_layers(costs, stages, frozen, lambda);
 
     if (as_json) {
         tpipe::json::array cuts, stage_costs;

@@ -118,7 +118,7 @@ elastic_result train_elastic(const config& cfg, const window_dataset& data, cons
     elastic_gpt* first = nullptr;  // replica 0, once the driver has made it
     tpipe::elastic::driver_options d = driver_options_of(cfg, data, o);
     if (hooks.after_step)
-        d.after_step = [&](std::int64_t done, const tpipe::replan_record& plan) {
+        d.after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan) {
             hooks.after_step(done, plan, first->params(), first->optimizer());
         };
     tpipe::elastic::thread_driver<elastic_gpt> driver(

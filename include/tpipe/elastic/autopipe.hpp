@@ -14,7 +14,7 @@
 #include "tpipe/elastic/partition.hpp"
 #include "tpipe/elastic/stage_times.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct autopipe_options {
     int devices = 1;                 //!< N, all devices of the job
@@ -110,4 +110,4 @@ private:
     double reference_ = 0;
 };
 
-} // namespace tpipe
+} // namespace tpipe::elastic

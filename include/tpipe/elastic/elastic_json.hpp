@@ -13,7 +13,7 @@
 #include "tpipe/core/json.hpp"
 #include "tpipe/elastic/elastic_model.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 inline elastic_model elastic_model_from_json(const json::value& v)
 {
@@ -86,4 +86,4 @@ inline elastic_model load_elastic_model(const std::string& path)
     return m;
 }
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -9,7 +9,7 @@
 #include "tpipe/elastic/elastic_model.hpp"
 #include "tpipe/elastic/stage_times.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 //! How stage 0 obtains the frozen prefix's output in an epoch.
 struct prefix_source {
@@ -34,10 +34,10 @@ struct elastic_latency {
         return s;
     }
 
-    tpipe::stage_times stage_times(std::span<const int> cuts, int frozen) const
+    tpipe::elastic::stage_times stage_times(std::span<const int> cuts, int frozen) const
     {
         const auto& m = *model;
-        tpipe::stage_times t;
+        tpipe::elastic::stage_times t;
         t.per_microbatch = m.per_microbatch_seconds;
         t.transfer = m.link_bandwidth > 0 ? m.activation_bytes / m.link_bandwidth : 0;
         t.latency = m.link_latency;
@@ -60,4 +60,4 @@ struct elastic_latency {
 };
 static_assert(pipeline_latency<elastic_latency>);
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -14,7 +14,7 @@
 
 #include "tpipe/core/error.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct elastic_unit {
     std::string name;
@@ -115,4 +115,4 @@ struct elastic_model {
     }
 };
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -19,7 +19,7 @@
 #include "tpipe/elastic/freeze.hpp"
 #include "tpipe/elastic/replan.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct elastic_components {
     bool freeze = true;
@@ -134,4 +134,4 @@ elastic_plan plan_elastic(const elastic_model& model, const elastic_options& o, 
     return plan;
 }
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -11,7 +11,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/elastic/elastic_model.hpp"
 
-namespace tpipe::elastic_presets {
+namespace tpipe::elastic::presets {
 
 //! ViT-B/16 at 224 px (197 tokens), 1000 classes: embedding, (ATT, MLP) x 12, norm + head.
 inline elastic_model vit_b16_imagenet()
@@ -50,4 +50,4 @@ inline elastic_model by_name(std::string_view name)
     detail::refuse("unknown elastic model '" + std::string(name) + "'; built-in: vit-b16 (or give a JSON file)");
 }
 
-} // namespace tpipe::elastic_presets
+} // namespace tpipe::elastic::presets

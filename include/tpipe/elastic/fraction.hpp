@@ -10,7 +10,7 @@
 
 #include "tpipe/core/error.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct fraction {
     std::int64_t num = 1;
@@ -83,4 +83,4 @@ struct fraction {
     friend constexpr bool operator==(const fraction&, const fraction&) = default;
 };
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -20,7 +20,7 @@
 #include "tpipe/elastic/detail/exact_power.hpp"
 #include "tpipe/elastic/fraction.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 //! What a policy sees when it decides the frozen count for `epoch`.
 struct freeze_observation {
@@ -39,8 +39,10 @@ concept freeze_policy = requires(P& p, const freeze_observation& o) {
     { p.next_frozen(o) } -> std::convertible_to<int>;
 };
 
-namespace detail {
-inline void check_observation(const freeze_observation& o)
+} // namespace tpipe::elastic
+
+namespace tpipe::detail {
+inline void check_observation(const elastic::freeze_observation& o)
 {
     require(o.layers >= 1, "freeze: layers must be >= 1, got " + std::to_string(o.layers));
     require(o.epoch >= 0, "freeze: epoch must be >= 0, got " + std::to_string(o.epoch));
@@ -55,7 +57,9 @@ inline void check_observation(const freeze_observation& o)
     for (double g : o.grad_norms)
         require(std::isfinite(g) && g >= 0, "freeze: gradient norms must be finite and >= 0, got " + std::to_string(g));
 }
-} // namespace detail
+} // namespace tpipe::detail
+
+namespace tpipe::elastic {
 
 //! Asks `policy` and checks its answer: monotone (>= the previous F) and within max_frozen.
 template <freeze_policy P>
@@ -145,4 +149,4 @@ std::vector<int> freeze_schedule(P& policy, int layers, int epochs, int max_froz
     return out;
 }
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -16,7 +16,7 @@
 
 #include "tpipe/core/error.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct partition {
     std::vector<int> cuts;            //!< 0 = c_0 < c_1 < ... < c_K = n; stage s holds [c_s, c_{s+1})
@@ -29,7 +29,9 @@ struct partition {
 //! The most steps partition_layers takes (stages x units^2 / 2): a few seconds.
 inline constexpr double max_partition_work = 2e9;
 
-namespace detail {
+} // namespace tpipe::elastic
+
+namespace tpipe::detail {
 inline void check_partition_input(std::span<const double> costs, int stages, int frozen, double lambda)
 {
     const int n = static_cast<int>(costs.size());
@@ -54,13 +56,15 @@ inline void check_partition_input(std::span<const double> costs, int stages, int
                                   "give them in a larger unit so that their sum is finite");
     // The exact search tries every last cut for every stage and prefix: stages x n^2 / 2 steps.
     const double work = double(stages) * double(n) * double(n) / 2;
-    require(work <= max_partition_work,
+    require(work <= elastic::max_partition_work,
             "partition: " + std::to_string(n) + " units x " + std::to_string(stages) + " stages is about " +
                 std::to_string(static_cast<long long>(work)) + " steps of the exact search (stages x units^2 / 2); "
-                "it does at most " + std::to_string(static_cast<long long>(max_partition_work)) +
+                "it does at most " + std::to_string(static_cast<long long>(elastic::max_partition_work)) +
                 " (a few seconds): group units into fewer, coarser ones, or use fewer stages");
 }
-} // namespace detail
+} // namespace tpipe::detail
+
+namespace tpipe::elastic {
 
 //! Stage costs of given cuts (frozen prefix weighted by lambda), checked like partition_layers.
 inline partition priced_partition(std::span<const double> costs, std::vector<int> cuts, int frozen = 0,
@@ -109,4 +113,4 @@ inline partition partition_layers(std::span<const double> costs, int stages, int
     return priced_partition(costs, std::move(cuts), frozen, lambda);
 }
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -9,7 +9,7 @@
 
 #include "tpipe/core/json.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct replan_record {
     //! One microbatch of a token-sliced (TeraPipe) plan: its rows and its token slices' lengths.
@@ -86,4 +86,4 @@ struct replan_record {
     friend bool operator==(const replan_record&, const replan_record&) = default;
 };
 
-} // namespace tpipe
+} // namespace tpipe::elastic

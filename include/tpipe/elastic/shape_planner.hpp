@@ -32,9 +32,9 @@ namespace tpipe::elastic {
 struct unit_latency {
     unit_seconds units;
     bool cached = true;
-    tpipe::stage_times stage_times(std::span<const int> cuts, int frozen) const
+    tpipe::elastic::stage_times stage_times(std::span<const int> cuts, int frozen) const
     {
-        tpipe::stage_times t;
+        tpipe::elastic::stage_times t;
         for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
             double f = 0, b = 0;
             for (int i = cuts[s]; i < cuts[s + 1]; ++i) {
@@ -112,10 +112,10 @@ public:
         const freeze_observation ob{interval, freezable_, frozen, std::max(cap, 0), {}};
         if (o_.freeze) {
             function_policy p{&o_.freeze};
-            return tpipe::next_frozen(p, ob);
+            return tpipe::elastic::next_frozen(p, ob);
         }
         progressive_freeze p(fraction::nearest(o_.alpha));
-        return tpipe::next_frozen(p, ob);
+        return tpipe::elastic::next_frozen(p, ob);
     }
 
     interval_shape initial() const { return complete(autopipe_.initial()); }

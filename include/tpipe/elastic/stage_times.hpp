@@ -21,7 +21,7 @@
 #include "tpipe/sim/simulate.hpp"
 #include "tpipe/slice/slicers.hpp"
 
-namespace tpipe {
+namespace tpipe::elastic {
 
 struct stage_times {
     std::vector<double> forward;   //!< per stage, seconds per sample (frozen units included)
@@ -101,4 +101,4 @@ inline microbatch_choice choose_microbatches(const stage_times& t, int batch, in
     return best;
 }
 
-} // namespace tpipe
+} // namespace tpipe::elastic

@@ -61,7 +61,7 @@ struct elastic_hooks {
     //! Before the run: load a checkpoint into it and say where the run continues (none: the start).
     std::function<std::optional<tpipe::elastic::resume_point>(parameters<float>&, adamw<float>&)> resume{};
     //! After every step: the steps done, the step's plan and the state (driver_options::after_step).
-    std::function<void(std::int64_t, const tpipe::replan_record&, parameters<float>&, adamw<float>&)> after_step{};
+    std::function<void(std::int64_t, const tpipe::elastic::replan_record&, parameters<float>&, adamw<float>&)> after_step{};
     //! After the run, stopped or not, with the state it ended with.
     std::function<void(const tpipe::elastic::run_report&, parameters<float>&, adamw<float>&)> after_run{};
 };
