@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <set>
 #include <iostream>
 #include <sstream>
@@ -166,6 +167,201 @@ int train_on_cuda(const options& o, const std::string& text)
     return f;
 }
 
+//! The units of a step and their planned iteration time.
+struct unit_plan {
+    tpipe::scheme units;
+    double planned_T = 0;  //!< seconds; 0: not planned (a fixed slicer)
+};
+
+//! --slicer terapipe: profiles the whole model's `stages` stages on replica 0's first batch and
+//! plans the token slices (TeraPipe's DP). Only the process that `speaks` profiles (timings differ
+//! between processes): the others get units from it.
+unit_plan terapipe_plan(const options& o, const std::string& text, int stages, int threads_per_part, bool speaks)
+{
+    unit_plan p;
+    const std::int64_t g = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
+    if (o.cfg.seq_len % g != 0)
+        throw usage_error("--granularity " + std::to_string(g) + " must divide --seq-len " +
+                          std::to_string(o.cfg.seq_len));
+    if (!speaks) return p;  // profiled by one process (timings differ between processes); the others get the plan
+    gpt::parameters<float> whole_params(o.cfg);  // the whole model, for the profile only
+    whole_params.init(o.seed);
+    gpt::pipelined_model<float> whole(whole_params, stages, threads_per_part);
+    std::uint64_t probe_rng = replica::data_seed(o, 0);  // replica 0's first batch
+    const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
+    const auto grid = tpipe::token_profile_grid(o.batch, o.cfg.seq_len, g);
+    if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "
+                           << grid.contexts.size() + 1 << " contexts x " << grid.rows.size() << " row counts...\n";
+    const auto latency = gpt::profile_parts(whole, probe, grid);
+    const auto plan = tpipe::plan_slices(
+        latency, tpipe::slicing_problem{.stages = stages, .seq_len = o.cfg.seq_len, .batch = o.batch,
+                                        .granularity = g});
+    p.units = plan.scheme();
+    p.planned_T = plan.objective;
+    const auto& dl = latency.parts.back().delta();
+    if (o.json) {
+        tpipe::json::object m{{"plan", describe(p.units)}, {"planned_T_s", plan.objective}, {"t_max_s", plan.t_max},
+                              {"units", static_cast<std::int64_t>(plan.units())}};
+        tpipe::json::array t0;
+        for (auto s : grid.tokens) t0.push_back(latency.seconds(1, s, 0));
+        m["t_b1_c0_s"] = t0;
+        tpipe::json::array lens;
+        for (auto s : grid.tokens) lens.push_back(s);
+        m["t_b1_c0_tokens"] = lens;
+        m["delta_last_stage"] = tpipe::json::array{dl[0], dl[1], dl[2], dl[3]};
+        std::cout << tpipe::json::dump(tpipe::json::value(std::move(m))) << "\n";
+    } else {
+        std::cout << "latency model (slowest stage, b=1, c=0):";
+        for (auto s : grid.tokens) std::cout << " t(" << s << ")=" << latency.seconds(1, s, 0) * 1e3 << "ms";
+        std::cout << "\ncontext term of the last stage: " << dl[0] << " + " << dl[1] << "*bs + " << dl[2]
+                  << "*bc + " << dl[3] << "*bsc s\n";
+        std::cout << "TeraPipe plan: " << describe(p.units) << "; planned T = " << plan.objective * 1e3
+                  << " ms per iteration (" << plan.units() << " units, t_max " << plan.t_max * 1e3 << " ms)\n";
+    }
+    return p;
+}
+
+//! --elastic: PipeTransformer's driver (elastic_command.hpp) with this run's model, data and flags.
+int train_elastic(const options& o, const std::string& text)
+{
+    gpt::elastic_command c = o.el;
+    c.cfg = o.cfg;
+    c.json = o.json;
+    c.check = o.check;
+    c.transport = o.transport;
+    c.ckpt = o.ckpt;
+    c.opts.batch = o.batch;
+    c.opts.steps = o.steps_given ? o.steps : 0;
+    c.opts.threads = o.threads;
+    c.opts.seed = o.seed;
+    c.opts.opt.lr = o.lr;
+    if (o.slicer == "terapipe")  // token slices inside the elastic pipeline, re-planned at every re-plan
+        c.opts.terapipe_granularity = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
+    if (o.cfg.tied) throw usage_error("--elastic freezes the embedding with the first layer, which would freeze a tied LM head too: add --untied");
+    if (o.el.opts.max_frozen > o.cfg.layers)
+        throw usage_error("--max-frozen " + std::to_string(o.el.opts.max_frozen) + " exceeds the " + std::to_string(o.cfg.layers) + " layers");
+    if (!(o.el.opts.alpha <= 1))
+        throw usage_error("--alpha must lie in (0, 1], got " + std::to_string(o.el.opts.alpha));
+    if (o.batch % o.el.opts.devices != 0)
+        throw usage_error("--elastic: --batch " + std::to_string(o.batch) + " (the global batch) must be a multiple of --devices " +
+                          std::to_string(o.el.opts.devices) + ", so that every replica count shares it equally");
+    if (o.el.opts.devices > o.cfg.layers + 1)
+        throw usage_error("--elastic: " + std::to_string(o.el.opts.devices) + " devices need at least " +
+                          std::to_string(o.el.opts.devices - 1) + " layers (one stage per layer, the last with the head)");
+    return gpt::run_elastic_command(c, text);
+}
+
+//! What one step printed: a JSON line (--json), else a progress line.
+struct step_line {
+    int step = 0;
+    double loss = 0, step_s = 0, pipeline_s = 0;
+    std::optional<double> reference_loss;  //!< --check
+    std::optional<double> save_s;          //!< --save
+    double tokens_per_s = 0;               //!< this step's
+    double mean_tokens_per_s = 0, eta_s = 0;  //!< since the run (or its resume) began
+};
+
+void print_step(const options& o, const step_line& l, bool tty)
+{
+    if (o.json) {
+        tpipe::json::object line{{"step", l.step}, {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
+                                 {"step_s", l.step_s}, {"pipeline_s", l.pipeline_s}};
+        if (l.reference_loss) line["reference_loss"] = *l.reference_loss;
+        if (l.save_s) line["save_s"] = *l.save_s;
+        std::cout << tpipe::json::dump(tpipe::json::value(std::move(line))) << std::endl;
+        return;
+    }
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "step %4d/%d  loss %.4f  %8.0f tok/s  ETA %s", l.step, o.steps, l.loss,
+                  l.mean_tokens_per_s, clock_text(l.eta_s).c_str());
+    // A kept line every ~5% of the steps (the loss curve); on a terminal the line in between is
+    // rewritten in place.
+    const bool keep = l.step == 1 || l.step == o.steps || l.step % std::max(1, o.steps / 20) == 0;
+    const std::string ref_text = l.reference_loss ? "  (non-pipelined " + std::to_string(*l.reference_loss) + ")" : std::string();
+    if (keep)
+        std::cout << (tty ? "\r\033[K" : "") << buf << ref_text << "\n" << std::flush;
+    else if (tty)
+        std::cout << "\r\033[K" << buf << std::flush;
+}
+
+//! --resume: every replica here from the checkpoint, and every replica's data stream where the
+//! checkpoint left it. Returns the first step to run.
+int resume(const options& o, const std::string& text, const std::vector<std::unique_ptr<replica>>& reps,
+           std::vector<std::uint64_t>& streams, bool speaks)
+{
+    gpt::training_position at;
+    for (auto& r : reps) at = gpt::load_checkpoint(o.ckpt.resume, o.cfg, {.lr = o.lr}, *r->state);
+    if (at.step > o.steps)  // equal: a finished run restarted (a restart loop), its checkpoint the result
+        throw usage_error("--resume " + o.ckpt.resume + ": the checkpoint has trained " + std::to_string(at.step) +
+                          " steps, more than --steps " + std::to_string(o.steps) + " (raise --steps)");
+    for (std::size_t d = 0; d < streams.size(); ++d)
+        if (d < at.data_streams.size()) streams[d] = at.data_streams[d];
+        else for (std::int64_t k = 0; k < at.step; ++k) gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]);
+    if (speaks && !o.json) std::cout << "resumed from step " << at.step << " (" << o.ckpt.resume << ")\n";
+    return static_cast<int>(at.step) + 1;
+}
+
+//! --check: the non-pipelined reference run (same init, data and optimizer, one unit per step over
+//! the batches of every replica together), and how far the pipelined run strays from it.
+struct reference_run {
+    std::unique_ptr<gpt::parameters<float>> params;
+    std::unique_ptr<gpt::adamw<float>> opt;
+    double worst_loss = 0;      //!< the loss curve's largest relative difference
+    double first_loss_err = 0;  //!< step 1 (same weights, same batch): the pure pipelined-equals-sequential check
+    double first_grad_err = 0;
+
+    explicit reference_run(const options& o) : params(std::make_unique<gpt::parameters<float>>(o.cfg))
+    {
+        params->init(o.seed);
+        opt = std::make_unique<gpt::adamw<float>>(*params, gpt::adamw_options{.lr = o.lr});
+    }
+
+    //! The reference's step on the same batches; tallies the pipelined step's `loss` (and at step
+    //! 1 its gradients, from `pipelined_grads()`) against it. Returns the reference's loss.
+    template <class Grads>
+    double step(int step, double loss, const std::vector<gpt::batch>& batches, int threads, Grads pipelined_grads)
+    {
+        const double ref_loss = gpt::full_step(*params, concatenate(batches), threads);
+        opt->step(*params);
+        worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
+        if (step == 1) {
+            first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
+            first_grad_err = gpt::relative_difference(pipelined_grads(), params->grad);
+        }
+        return ref_loss;
+    }
+
+    //! The verdict on the pipelined run's `final_weights`, into `summary` and (unless --json) said.
+    bool verdict(const options& o, const std::vector<float>& final_weights, bool replicas_identical, bool speaks,
+                 tpipe::json::object& summary) const
+    {
+        const double werr = gpt::relative_difference(final_weights, params->value);
+        const bool ok = first_loss_err <= 1e-5 && first_grad_err <= 1e-5 && worst_loss <= o.check_tol &&
+                        werr <= o.check_tol;
+        summary["check_step1_loss_rel"] = first_loss_err;
+        summary["check_step1_grad_rel"] = first_grad_err;
+        summary["check_loss_rel"] = worst_loss;
+        summary["check_weights_rel"] = werr;
+        summary["check_ok"] = ok && replicas_identical;
+        double worst_t = -1;  // which tensor drifted most (diagnostics)
+        std::string name;
+        for (const auto& t : params->lay.tensors) {
+            const std::vector<float> a(final_weights.begin() + t.offset, final_weights.begin() + t.offset + t.size());
+            const std::vector<float> b(params->value.begin() + t.offset, params->value.begin() + t.offset + t.size());
+            const double e = gpt::relative_difference(a, b);
+            if (e > worst_t) worst_t = e, name = t.name;
+        }
+        summary["check_worst_tensor"] = name + " " + std::to_string(worst_t);
+        if (!o.json && speaks)
+            std::cout << "check against the non-pipelined run: step 1 loss " << first_loss_err << ", gradients "
+                      << first_grad_err << " (tolerance 1e-5); loss curve " << worst_loss << ", final weights "
+                      << werr << " (tolerance " << o.check_tol << ") relative difference: "
+                      << (ok ? "MATCH" : "MISMATCH")
+                      << (o.dp > 1 ? (replicas_identical ? "; replicas bitwise identical" : "; replicas DIFFER") : "") << "\n";
+        return ok && replicas_identical;
+    }
+};
+
 int train(const options& o)
 {
     // A regular file, read whole up to a bound (a FIFO or /dev/zero is refused, not waited on).
@@ -179,33 +375,7 @@ int train(const options& o)
                   << " bytes; --seq-len " << o.cfg.seq_len << " needs at least " << o.cfg.seq_len + 1 << "\n";
         return 1;
     }
-    if (o.elastic) {
-        gpt::elastic_command c = o.el;
-        c.cfg = o.cfg;
-        c.json = o.json;
-        c.check = o.check;
-        c.transport = o.transport;
-        c.ckpt = o.ckpt;
-        c.opts.batch = o.batch;
-        c.opts.steps = o.steps_given ? o.steps : 0;
-        c.opts.threads = o.threads;
-        c.opts.seed = o.seed;
-        c.opts.opt.lr = o.lr;
-        if (o.slicer == "terapipe")  // token slices inside the elastic pipeline, re-planned at every re-plan
-            c.opts.terapipe_granularity = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
-        if (o.cfg.tied) throw usage_error("--elastic freezes the embedding with the first layer, which would freeze a tied LM head too: add --untied");
-        if (o.el.opts.max_frozen > o.cfg.layers)
-            throw usage_error("--max-frozen " + std::to_string(o.el.opts.max_frozen) + " exceeds the " + std::to_string(o.cfg.layers) + " layers");
-        if (!(o.el.opts.alpha <= 1))
-            throw usage_error("--alpha must lie in (0, 1], got " + std::to_string(o.el.opts.alpha));
-        if (o.batch % o.el.opts.devices != 0)
-            throw usage_error("--elastic: --batch " + std::to_string(o.batch) + " (the global batch) must be a multiple of --devices " +
-                              std::to_string(o.el.opts.devices) + ", so that every replica count shares it equally");
-        if (o.el.opts.devices > o.cfg.layers + 1)
-            throw usage_error("--elastic: " + std::to_string(o.el.opts.devices) + " devices need at least " +
-                              std::to_string(o.el.opts.devices - 1) + " layers (one stage per layer, the last with the head)");
-        return gpt::run_elastic_command(c, text);
-    }
+    if (o.elastic) return train_elastic(o, text);
     if (o.device == "cuda") return train_on_cuda(o, text);
     const int ranks = o.stages;
     const int D = o.dp;
@@ -235,57 +405,17 @@ int train(const options& o)
         if (where.has_replica(d)) reps.push_back(std::make_unique<replica>(o, d));
 
     // The units of every step: a fixed slicer, or the TeraPipe plan for this model's stages.
-    tpipe::scheme units;
-    double planned_T = 0;
+    unit_plan plan;
     if (o.slicer == "terapipe") {
-        const std::int64_t g = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
-        if (o.cfg.seq_len % g != 0)
-            throw usage_error("--granularity " + std::to_string(g) + " must divide --seq-len " +
-                              std::to_string(o.cfg.seq_len));
-        tpipe::json::object m;
-        std::ostringstream said;
-        if (speaks) {  // profiled by one process (timings differ between processes); the others get the plan
-            gpt::parameters<float> whole_params(o.cfg);  // the whole model, for the profile only
-            whole_params.init(o.seed);
-            gpt::pipelined_model<float> whole(whole_params, stages, threads_per_part);
-            std::uint64_t probe_rng = replica::data_seed(o, 0);  // replica 0's first batch
-            const auto probe = gpt::sample_batch(text, o.batch, o.cfg.seq_len, probe_rng);
-            const auto grid = tpipe::token_profile_grid(o.batch, o.cfg.seq_len, g);
-            if (!o.json) std::cout << "profiling " << stages << " stage(s) over " << grid.tokens.size() << " lengths x "
-                                   << grid.contexts.size() + 1 << " contexts x " << grid.rows.size() << " row counts...\n";
-            const auto latency = gpt::profile_parts(whole, probe, grid);
-            const auto plan = tpipe::plan_slices(
-                latency, tpipe::slicing_problem{.stages = stages, .seq_len = o.cfg.seq_len, .batch = o.batch,
-                                                .granularity = g});
-            units = plan.scheme();
-            planned_T = plan.objective;
-            const auto& dl = latency.parts.back().delta();
-            if (o.json) {
-                m = tpipe::json::object{{"plan", describe(units)}, {"planned_T_s", plan.objective}, {"t_max_s", plan.t_max},
-                                        {"units", static_cast<std::int64_t>(plan.units())}};
-                tpipe::json::array t0;
-                for (auto s : grid.tokens) t0.push_back(latency.seconds(1, s, 0));
-                m["t_b1_c0_s"] = t0;
-                tpipe::json::array lens;
-                for (auto s : grid.tokens) lens.push_back(s);
-                m["t_b1_c0_tokens"] = lens;
-                m["delta_last_stage"] = tpipe::json::array{dl[0], dl[1], dl[2], dl[3]};
-                std::cout << tpipe::json::dump(tpipe::json::value(std::move(m))) << "\n";
-            } else {
-                std::cout << "latency model (slowest stage, b=1, c=0):";
-                for (auto s : grid.tokens) std::cout << " t(" << s << ")=" << latency.seconds(1, s, 0) * 1e3 << "ms";
-                std::cout << "\ncontext term of the last stage: " << dl[0] << " + " << dl[1] << "*bs + " << dl[2]
-                          << "*bc + " << dl[3] << "*bsc s\n";
-                std::cout << "TeraPipe plan: " << describe(units) << "; planned T = " << plan.objective * 1e3
-                          << " ms per iteration (" << plan.units() << " units, t_max " << plan.t_max * 1e3 << " ms)\n";
-            }
-        }
+        plan = terapipe_plan(o, text, stages, threads_per_part, speaks);
 #ifdef TPIPE_GPT_MPI
-        if (mpi) units = mpi->share(units, planned_T);
+        if (mpi) plan.units = mpi->share(plan.units, plan.planned_T);
 #endif
     } else {
-        units = fixed_scheme(o);
+        plan.units = fixed_scheme(o);
     }
+    const tpipe::scheme& units = plan.units;
+    const double planned_T = plan.planned_T;
     const auto sched = tpipe::make_schedule(o.schedule, o.virtual_stages);
     tpipe::program prog;
     try {
@@ -339,15 +469,8 @@ int train(const options& o)
 #endif
     }
 
-    // The non-pipelined reference for --check: same init, data and optimizer, one unit per step
-    // over the batches of every replica together.
-    std::unique_ptr<gpt::parameters<float>> ref;
-    std::unique_ptr<gpt::adamw<float>> ref_opt;
-    if (o.check) {
-        ref = std::make_unique<gpt::parameters<float>>(o.cfg);
-        ref->init(o.seed);
-        ref_opt = std::make_unique<gpt::adamw<float>>(*ref, gpt::adamw_options{.lr = o.lr});
-    }
+    std::unique_ptr<reference_run> ref;  // --check
+    if (o.check) ref = std::make_unique<reference_run>(o);
 
     // The first replica's whole weights or gradients (--check), gathered from its stages.
     auto whole_of = [&](bool gradients) {
@@ -357,25 +480,13 @@ int train(const options& o)
         return reps.front()->state->whole(gradients);
     };
     const double tokens_per_step = double(o.batch) * o.cfg.seq_len * D;
-    double worst_loss = 0, elapsed = 0, first_loss = 0, last_loss = 0, first_grad_err = 0, first_loss_err = 0;
+    double elapsed = 0, first_loss = 0, last_loss = 0;
     bool replicas_identical = true;
     std::vector<double> iter_times;
     tpipe::run_stats stats;
     std::vector<std::uint64_t> streams;  // every replica's data stream (all are needed by --check)
     for (int d = 0; d < D; ++d) streams.push_back(replica::data_seed(o, d));
-    int first_step = 1;
-    if (!o.ckpt.resume.empty()) {  // every replica here from the checkpoint; its data streams
-        gpt::training_position at;
-        for (auto& r : reps) at = gpt::load_checkpoint(o.ckpt.resume, o.cfg, {.lr = o.lr}, *r->state);
-        if (at.step > o.steps)  // equal: a finished run restarted (a restart loop), its checkpoint the result
-            throw usage_error("--resume " + o.ckpt.resume + ": the checkpoint has trained " + std::to_string(at.step) +
-                              " steps, more than --steps " + std::to_string(o.steps) + " (raise --steps)");
-        first_step = static_cast<int>(at.step) + 1;
-        for (int d = 0; d < D; ++d)
-            if (d < static_cast<int>(at.data_streams.size())) streams[d] = at.data_streams[d];
-            else for (std::int64_t k = 0; k < at.step; ++k) gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]);
-        if (speaks && !o.json) std::cout << "resumed from step " << at.step << " (" << o.ckpt.resume << ")\n";
-    }
+    const int first_step = o.ckpt.resume.empty() ? 1 : resume(o, text, reps, streams, speaks);
     std::unique_ptr<gpt::checkpointer> saver;
     std::vector<gpt::stage_states<float>*> states_here(static_cast<std::size_t>(D), nullptr);  // by replica
     for (auto& r : reps) states_here[static_cast<std::size_t>(r->index)] = r->state.get();
@@ -459,38 +570,16 @@ int train(const options& o)
         }
         if (step == first_step) first_loss = loss;
         last_loss = loss;
-        double ref_loss = 0;
-        if (ref) {
-            ref_loss = gpt::full_step(*ref, concatenate(batches), hw);
-            ref_opt->step(*ref);
-            worst_loss = std::max(worst_loss, std::abs(loss - ref_loss) / std::abs(ref_loss));
-            if (step == 1) {  // same weights, same batch: the pure pipelined-equals-sequential check
-                first_loss_err = std::abs(loss - ref_loss) / std::abs(ref_loss);
-                first_grad_err = gpt::relative_difference(whole_of(true), ref->grad);
-            }
-        }
-        const double tps = tokens_per_step * (step - first_step + 1) / elapsed;
+        const double ref_loss = ref ? ref->step(step, loss, batches, hw, [&] { return whole_of(true); }) : 0.0;
         if (!speaks) continue;
-        if (o.json) {
-            tpipe::json::object line{{"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_step / dt},
-                                     {"step_s", dt}, {"pipeline_s", stats.time}};
-            if (ref) line["reference_loss"] = ref_loss;
-            if (saver) line["save_s"] = save_s;
-            std::cout << tpipe::json::dump(tpipe::json::value(std::move(line))) << std::endl;
-        } else {
-            const double eta = elapsed / (step - first_step + 1) * (o.steps - step);
-            char buf[200];
-            std::snprintf(buf, sizeof buf, "step %4d/%d  loss %.4f  %8.0f tok/s  ETA %s", step, o.steps, loss, tps,
-                          clock_text(eta).c_str());
-            // A kept line every ~5% of the steps (the loss curve); on a terminal the line in
-            // between is rewritten in place.
-            const bool keep = step == 1 || step == o.steps || step % std::max(1, o.steps / 20) == 0;
-            const std::string ref_text = ref ? "  (non-pipelined " + std::to_string(ref_loss) + ")" : std::string();
-            if (keep)
-                std::cout << (tty ? "\r\033[K" : "") << buf << ref_text << "\n" << std::flush;
-            else if (tty)
-                std::cout << "\r\033[K" << buf << std::flush;
-        }
+        const int done = step - first_step + 1;
+        print_step(o,
+                   step_line{.step = step, .loss = loss, .step_s = dt, .pipeline_s = stats.time,
+                             .reference_loss = ref ? std::optional<double>(ref_loss) : std::nullopt,
+                             .save_s = saver ? std::optional<double>(save_s) : std::nullopt,
+                             .tokens_per_s = tokens_per_step / dt, .mean_tokens_per_s = tokens_per_step * done / elapsed,
+                             .eta_s = elapsed / done * (o.steps - step)},
+                   tty);
     }
     if (saver) saver->finish();
     std::string weights_fnv = gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
@@ -529,34 +618,7 @@ int train(const options& o)
         summary["measured_over_planned"] = median_iter / planned_T;
     }
     int status = 0;
-    if (ref) {
-        const std::vector<float> final_weights = whole_of(false);
-        const double werr = gpt::relative_difference(final_weights, ref->value);
-        const bool ok = first_loss_err <= 1e-5 && first_grad_err <= 1e-5 && worst_loss <= o.check_tol &&
-                        werr <= o.check_tol;
-        summary["check_step1_loss_rel"] = first_loss_err;
-        summary["check_step1_grad_rel"] = first_grad_err;
-        summary["check_loss_rel"] = worst_loss;
-        summary["check_weights_rel"] = werr;
-        summary["check_ok"] = ok && replicas_identical;
-        {  // which tensor drifted most (diagnostics)
-            double worst_t = -1;
-            std::string name;
-            for (const auto& t : ref->lay.tensors) {
-                const std::vector<float> a(final_weights.begin() + t.offset, final_weights.begin() + t.offset + t.size());
-                const std::vector<float> b(ref->value.begin() + t.offset, ref->value.begin() + t.offset + t.size());
-                const double e = gpt::relative_difference(a, b);
-                if (e > worst_t) worst_t = e, name = t.name;
-            }
-            summary["check_worst_tensor"] = name + " " + std::to_string(worst_t);
-        }
-        if (!o.json && speaks)
-            std::cout << "check against the non-pipelined run: step 1 loss " << first_loss_err << ", gradients "
-                      << first_grad_err << " (tolerance 1e-5); loss curve " << worst_loss << ", final weights "
-                      << werr << " (tolerance " << o.check_tol << ") relative difference: "
-                      << (ok ? "MATCH" : "MISMATCH") << (D > 1 ? (replicas_identical ? "; replicas bitwise identical" : "; replicas DIFFER") : "") << "\n";
-        if (!ok || !replicas_identical) status = 3;
-    }
+    if (ref && !ref->verdict(o, whole_of(false), replicas_identical, speaks, summary)) status = 3;
     if (!speaks) return status;
     if (o.json) {
         std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
