@@ -26,6 +26,24 @@ struct chain_values_gradients : chain {
 static_assert(tpipe::elastic::process_freezable_model<chain>);
 static_assert(tpipe::elastic::freezable_model<chain_values_gradients>);
 static_assert(!tpipe::elastic::process_freezable_model<chain_values_gradients>);
+
+// And the driver's own concept: near misses that are no freezable_model.
+struct chain_float_costs : chain {  // unit_costs() must be a std::vector<double> (AutoPipe's input)
+    std::vector<float> unit_costs() const;
+};
+struct chain_frozen_pointer : chain {  // run_frozen() must give a frozen_output, the cache's value
+    frozen_output* run_frozen(std::int64_t, std::optional<frozen_output>, int, int);
+};
+struct chain_unsendable_output : chain {  // the frozen output is cached as bytes: it needs a byte form
+    struct opaque {
+        double v = 0;
+    };
+    using frozen_output = opaque;
+};
+static_assert(tpipe::elastic::freezable_model<chain>);
+static_assert(!tpipe::elastic::freezable_model<chain_float_costs>);
+static_assert(!tpipe::elastic::freezable_model<chain_frozen_pointer>);
+static_assert(!tpipe::elastic::freezable_model<chain_unsendable_output>);
 } // namespace
 
 TEST_CASE("elastic driver: a user model trains like a plain loop with the same freezing and replicas", "[elastic][driver]")
