@@ -64,9 +64,12 @@ for kind in "${kinds[@]}"; do
   start=$(date +%s)
   echo "== $kind: configure $dir"
   # Warnings are checked by the regular -Werror build; sanitizer builds must not fail on
-  # sanitizer-specific diagnostics (e.g. GCC's -Wtsan).
+  # sanitizer-specific diagnostics (e.g. GCC's -Wtsan). -Wmaybe-uninitialized is off here: GCC
+  # 12's flow analysis at -O1 through the instrumentation reports about 24 false positives inside
+  # std::function, std::variant and std::vector (Catch's main among them), none of which the
+  # regular build, which keeps the warning, reports.
   cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=None \
-        -DCMAKE_CXX_FLAGS="-O1 -g1 $flags -fno-omit-frame-pointer" \
+        -DCMAKE_CXX_FLAGS="-O1 -g1 $flags -fno-omit-frame-pointer -Wno-maybe-uninitialized" \
         -DCMAKE_EXE_LINKER_FLAGS="$flags" \
         -DTPIPE_WERROR=OFF -DTPIPE_BUILD_TESTS=ON -DTPIPE_BUILD_EXAMPLES=ON -DTPIPE_BUILD_BENCHMARKS=OFF \
         -DTPIPE_ENABLE_MPI=ON >/dev/null
