@@ -31,11 +31,7 @@ template <class Check = no_check>
 basic_after<runtime_driver, Check> after(cudaStream_t stream, std::string what, Check check = {},
                                          const std::atomic<bool>* cancelled = nullptr)
 {
-    runtime_driver& d = runtime_driver::instance();
-    int gpu = 0;
-    detail::check(d, d.stream_device(stream, &gpu), "cudaStreamGetDevice", what);
-    return basic_after<runtime_driver, Check>(default_event_pool(), d, stream, gpu, std::move(what), std::move(check),
-                                              cancelled);
+    return after_on(default_event_pool(), runtime_driver::instance(), stream, std::move(what), std::move(check), cancelled);
 }
 
 } // namespace tpipe::cuda

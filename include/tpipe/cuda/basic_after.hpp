@@ -142,4 +142,14 @@ private:
     std::exception_ptr error_{};
 };
 
+//! basic_after on `s`, on the GPU the driver says the stream belongs to (events of `pool`).
+template <driver D, class Check = no_check>
+basic_after<D, Check> after_on(basic_event_pool<D>& pool, D& d, typename D::stream_type s, std::string what, Check check = {},
+                               const std::atomic<bool>* cancelled = nullptr)
+{
+    int gpu = 0;
+    detail::check(d, d.stream_device(s, &gpu), "cudaStreamGetDevice", what);
+    return basic_after<D, Check>(pool, d, s, gpu, std::move(what), std::move(check), cancelled);
+}
+
 } // namespace tpipe::cuda

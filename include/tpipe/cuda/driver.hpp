@@ -49,11 +49,14 @@ concept driver = requires(D& d, typename D::stream_type s, typename D::event_typ
 };
 
 namespace detail {
-//! Throws cuda_error for a failed status: "<call> failed: <name>: <text>[ (<context>)]".
+//! Throws cuda_error for a failed status: "<call> failed: <name>: <text>[ (<context>)]". Like
+//! TPIPE_CUDA_TRY it first clears the thread's last error, so that a non-sticky failure does not
+//! resurface in an unrelated later call (a kernel launch check).
 template <driver D>
 void check(D& d, int status, const char* call, const std::string& context = {})
 {
     if (status == 0) return;
+    (void)d.last_error();
     std::string m = std::string(call) + " failed: " + d.error_name(status) + ": " + d.error_string(status);
     if (!context.empty()) m += " (" + context + ")";
     throw cuda_error(m, status, call);

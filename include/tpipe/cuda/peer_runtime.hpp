@@ -1,8 +1,7 @@
 #pragma once
 // tpipe::cuda::peer_runtime: the CUDA runtime's peer copier (tpipe::cuda::peer_copier), the
 // driver_copier over runtime_driver with the process-wide event pool (cudaMemcpyPeerAsync,
-// events as completion markers). The NCCL runtime api takes its markers from it too
-// (tpipe/nccl/runtime_api.hpp).
+// events as completion markers).
 #include "tpipe/cuda/after.hpp"
 #include "tpipe/cuda/driver_copier.hpp"
 #include "tpipe/cuda/peer_channel.hpp"

@@ -36,23 +36,22 @@ public:
     template <class Check>
     cuda::basic_after<D, Check> after(stream_t s, std::string what, Check check)
     {
-        D& d = this->driver();
-        int gpu = 0;
-        cuda::detail::check(d, d.stream_device(s, &gpu), "cudaStreamGetDevice", what);
-        return cuda::basic_after<D, Check>(this->events(), d, s, gpu, std::move(what), std::move(check));
+        return cuda::after_on(this->events(), this->driver(), s, std::move(what), std::move(check));
     }
 
     void* device_alloc(std::size_t n)
     {
+        D& d = this->driver();
         void* p = nullptr;
-        allocated(this->driver().malloc_device(&p, n == 0 ? 1 : n), "cudaMalloc", n);
+        cuda::detail::check(d, d.malloc_device(&p, n == 0 ? 1 : n), "cudaMalloc", bytes_for_nccl(n));
         return p;
     }
     void device_free(void* p) noexcept { (void)this->driver().free_device(p); }
     void* host_alloc(std::size_t n)
     {
+        D& d = this->driver();
         void* p = nullptr;
-        allocated(this->driver().malloc_host(&p, n == 0 ? 1 : n), "cudaMallocHost", n);
+        cuda::detail::check(d, d.malloc_host(&p, n == 0 ? 1 : n), "cudaMallocHost", bytes_for_nccl(n));
         return p;
     }
     void host_free(void* p) noexcept { (void)this->driver().free_host(p); }
@@ -61,10 +60,7 @@ public:
     void copy_async(void* dst, const void* src, std::size_t n, stream_t s, const std::string& context)
     {
         D& d = this->driver();
-        if (const int rc = d.memcpy_async(dst, src, n, s); rc != 0) {
-            (void)d.last_error();  // not to be taken later for a failed kernel launch
-            cuda::detail::check(d, rc, "cudaMemcpyAsync", context);
-        }
+        cuda::detail::check(d, d.memcpy_async(dst, src, n, s), "cudaMemcpyAsync", context);
     }
 
     //! Waits, polling, until the work enqueued on `s` has completed or failed (true), or `limit`
@@ -94,13 +90,7 @@ public:
     void stream_destroy(stream_t s) noexcept { (void)this->driver().stream_destroy(s); }
 
 private:
-    void allocated(int rc, const char* call, std::size_t n)
-    {
-        if (rc == 0) return;
-        D& d = this->driver();
-        (void)d.last_error();
-        cuda::detail::check(d, rc, call, std::to_string(n) + " bytes for tpipe's NCCL code");
-    }
+    static std::string bytes_for_nccl(std::size_t n) { return std::to_string(n) + " bytes for tpipe's NCCL code"; }
 };
 
 } // namespace tpipe::nccl
