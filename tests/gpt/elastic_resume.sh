@@ -49,33 +49,23 @@ rc=$?
   fail "a checkpoint past --steps: exit $rc, $(head -1 "$work/short.err")"
 
 # Crash test: from the reference's first checkpoint, SIGKILL each run at a random moment and
-# restart it from its newest checkpoint until it finishes. The moment follows the run's progress,
-# not the clock (a fast machine finishes a run before a fixed delay): once the run has committed
-# 1 or 2 checkpoints past the one it started from, 0-20 ms later (within the next steps, or
-# during a save).
-newest() { ls -d "$work"/ck/step-* 2> /dev/null | tail -1 | sed 's/.*step-0*//;s/^$/0/'; }
+# restart it from its newest checkpoint until it finishes: once the run has committed 1 or 2
+# checkpoints past the one it started from (kill_on_progress).
+source "$(dirname "${BASH_SOURCE[0]}")/../kill_on_progress.sh"
 mkdir "$work/ck" && cp -r "$work/ref/step-00000004" "$work/ck/"
 RANDOM=${CRASH_SEED:-4242}
 kills=0
 for attempt in $(seq 1 60); do
   log="$work/run$attempt.log"
-  target=$(( $(newest) + 4 * (1 + RANDOM % 2) ))
+  target=$(( $(newest_checkpoint "$work/ck") + 4 * (1 + RANDOM % 2) ))
   "${launch[@]}" "$train" "${args[@]}" "${over[@]}" --resume "$work/ck" --save "$work/ck" --save-every 4 --keep 2 > "$log" 2>&1 &
   pid=$!
-  while kill -0 $pid 2> /dev/null; do
-    if [ "$(newest)" -ge $target ]; then
-      sleep "0.0$(printf '%02d' $((RANDOM % 21)))"
-      victim=$pid what=train_gpt
-      if [ "$mode" = mpi ]; then  # a rank process, child of mpiexec
-        kids=($(pgrep -P $pid -x "$(basename "$train")"))
-        [ ${#kids[@]} -gt 0 ] && victim=${kids[$((RANDOM % ${#kids[@]}))]} what="a rank process of mpiexec"
-      fi
-      kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) &&
-        echo "attempt $attempt: SIGKILL to $what after checkpoint $target (newest checkpoint: $(ls "$work/ck" | tail -1))"
-      break
-    fi
-    sleep 0.005
-  done
+  kill_on_progress "attempt $attempt:" $pid "$work/ck" $target "$mode" "$train"
+  case $? in
+    0) kills=$((kills + 1)) ;;
+    2) kill -9 $pid 2> /dev/null && kills=$((kills + 1)) &&  # no rank process left: mpiexec itself
+         echo "attempt $attempt: SIGKILL to mpiexec after checkpoint $target" ;;
+  esac
   { wait $pid; } 2> /dev/null
   rc=$?
   if [ $rc -eq 0 ] && grep -q '"summary":true' "$log"; then

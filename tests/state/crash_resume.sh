@@ -24,35 +24,26 @@ weights() { grep -o '"weights_fnv":"[0-9a-f]*"' "$1" | tail -1 | cut -d'"' -f4; 
 want=$(weights "$work/reference.log")
 [ -n "$want" ] || { echo "no weights in the reference run"; cat "$work/reference.log"; exit 1; }
 
-# The moment of a kill follows the run's progress on disk, not its log (mpiexec forwards output
-# late) nor the clock: once the run has committed 1 or 2 checkpoints past the one it started
-# from, 0-20 ms later (within the next steps, or during a save). A target too close to the end
-# (a run finishes in well under a second) is not waited for.
-newest() { ls -d "$work"/ck/step-* 2> /dev/null | tail -1 | sed 's/.*step-0*//;s/^$/0/'; }
+# Each run is killed once it has committed 1 or 2 checkpoints past the one it started from
+# (kill_on_progress). A target too close to the end (a run finishes in well under a second) is
+# not waited for.
+source "$(dirname "${BASH_SOURCE[0]}")/../kill_on_progress.sh"
 RANDOM=${CRASH_SEED:-12345}
 kills=0
 for attempt in $(seq 1 100); do
   resume=()
   ls -d "$work"/ck/step-* > /dev/null 2>&1 && resume=(--resume "$work/ck")
   log="$work/run$attempt.log"
-  target=$(( $(newest) + 3 * (1 + RANDOM % 2) ))
+  target=$(( $(newest_checkpoint "$work/ck") + 3 * (1 + RANDOM % 2) ))
   "${launch[@]}" "$train" "${args[@]}" --save "$work/ck" --save-every 3 --keep 2 "${resume[@]}" > "$log" 2>&1 &
   pid=$!
-  while [ $target -le $((steps - 9)) ] && kill -0 $pid 2> /dev/null; do
-    if [ "$(newest)" -ge $target ]; then
-      sleep "0.0$(printf '%02d' $((RANDOM % 21)))"
-      victim=$pid what=train_gpt
-      if [ "$mode" = mpi ]; then  # a rank process, child of mpiexec
-        kids=($(pgrep -P $pid -x "$(basename "$train")"))
-        [ ${#kids[@]} -gt 0 ] || { echo "FAIL: no rank process under mpiexec $pid"; exit 1; }
-        victim=${kids[$((RANDOM % ${#kids[@]}))]} what="a rank process of mpiexec"
-      fi
-      kill -9 "$victim" 2> /dev/null && kills=$((kills + 1)) &&
-        echo "attempt $attempt: SIGKILL to $what after checkpoint $target (newest checkpoint: $(ls "$work/ck" | tail -1))"
-      break
-    fi
-    sleep 0.005
-  done
+  if [ $target -le $((steps - 9)) ]; then
+    kill_on_progress "attempt $attempt:" $pid "$work/ck" $target "$mode" "$train"
+    case $? in
+      0) kills=$((kills + 1)) ;;
+      2) echo "FAIL: no rank process under mpiexec $pid"; exit 1 ;;
+    esac
+  fi
   { wait $pid; } 2> /dev/null
   rc=$?
   if [ $rc -eq 0 ] && grep -q '"summary":true' "$log"; then
