@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Keeps the code shown in docs/*.md equal to the compiled sources it comes from.
 
-In a doc, a fenced block right after a marker line
+In a doc (docs/*.md and README.md), a fenced block right after a marker line
 
     <!-- snippet: examples/libtorch_gpt/training.cpp#step -->
 
@@ -32,7 +32,7 @@ def region(path, name):
 def main():
     write = "--write" in sys.argv[1:]
     drifted = []
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         lines = doc.read_text().splitlines()
         out, i = [], 0
         while i < len(lines):
