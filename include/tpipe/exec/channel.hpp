@@ -1,9 +1,10 @@
 #pragma once
 // The channel concept: how a payload travels from one stage to the next (activations forward,
-// gradients backward). Models: tpipe::local_channel (same process, moves the payload) and
-// tpipe::mpi::channel (another process, bytes through tpipe::payload_traits). Which one a
-// boundary gets is the transport's choice (tpipe/exec/transport.hpp); the runner sees only this
-// concept.
+// gradients backward). Models: tpipe::local_channel (same process, moves the payload),
+// tpipe::mpi::channel (another process, host bytes through tpipe::payload_traits), and for GPU
+// payloads nccl::basic_channel and cuda::basic_peer_channel (device bytes through
+// cuda::device_payload_traits). Which one a boundary gets is the transport's choice
+// (tpipe/exec/transport.hpp); the runner sees only this concept.
 //
 // Semantics
 // - A channel carries payloads of one type in one direction between two stages.

@@ -1,7 +1,8 @@
 #pragma once
-// tpipe::payload_traits<T>: how a payload becomes bytes and back, for transports that leave the
-// process (MPI; later NCCL and CUDA peer copies). A local channel moves the object and needs no
-// trait. A payload travels as two parts:
+// tpipe::payload_traits<T>: how a payload in host memory becomes bytes and back, for the
+// transports that leave the process through the host (MPI). Payloads in GPU memory, which NCCL and
+// CUDA peer copies move, have their own trait (cuda::device_payload_traits) sharing the header
+// part below. A local channel moves the object and needs no trait. A payload travels as two parts:
 //
 //   header  a small trivially copyable value describing the shape (element count, rows x tokens,
 //           dtype...), sent first, so that the receiver can allocate the object;
