@@ -78,6 +78,25 @@ if(TPIPE_BUILD_EXAMPLES)
                                                  ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
     set_tests_properties(gpt_elastic_resume_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2)
   endif()
+  # A recorded elastic run replayed (--record-plan, then --plan-from): the same plans and the same
+  # weights, bit for bit; with TeraPipe slices the token tables are replayed too; over MPI every
+  # process plans from the file.
+  set(TPIPE_GPT_REPLAY_ARGS --elastic --untied --layers 4 --d-model 32 --heads 2 --seq-len 32 --batch 4
+      --steps 60 --freeze-every 20 --alpha 0.5 --check)
+  add_test(NAME gpt_elastic_replay_threads
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic/replay.sh $<TARGET_FILE:train_gpt> -- ${TPIPE_GPT_REPLAY_ARGS})
+  add_test(NAME gpt_elastic_replay_terapipe
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic/replay.sh $<TARGET_FILE:train_gpt> -- ${TPIPE_GPT_REPLAY_ARGS}
+                   --slicer terapipe)
+  set_tests_properties(gpt_elastic_replay_threads gpt_elastic_replay_terapipe PROPERTIES TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "PASS: another model's plan inputs refused")
+  if(TPIPE_ENABLE_MPI)
+    add_test(NAME gpt_elastic_replay_mpi
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic/replay.sh ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2
+                     ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt> -- --transport mpi --devices 2 ${TPIPE_GPT_REPLAY_ARGS})
+    set_tests_properties(gpt_elastic_replay_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2
+                         PASS_REGULAR_EXPRESSION "PASS: another model's plan inputs refused")
+  endif()
 endif()
 
 # The reference GPT over MPI processes equals the same training on threads, bitwise.

@@ -27,7 +27,8 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                        PASS_REGULAR_EXPRESSION "program has 4 stages \\(2 on each of its 2 ranks\\) but the pipeline has 2; cut the model into 4 stages")
   # Elastic (PipeTransformer) through tpipe's elastic driver: two modules freeze, the pipeline
   # shortens to one stage and the freed device becomes a replica; against plain libtorch with the
-  # same freezing and replica split (losses and weights within 1e-5).
+  # same freezing and replica split (losses and weights within the tolerance derived from the
+  # plans, docs/elastic.md "Checking a run").
   set(libtorch_elastic --elastic --layers 2 --d-model 32 --heads 2 --seq-len 16 --steps 6 --freeze-every 2 --alpha 1/2
                        --check --json)
   add_test(NAME libtorch_gpt_elastic COMMAND train_libtorch_gpt ${libtorch_elastic} --batch 4)
@@ -39,6 +40,18 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
   add_test(NAME libtorch_gpt_elastic_terapipe COMMAND train_libtorch_gpt ${libtorch_elastic} --batch 4 --slicer terapipe)
   set_tests_properties(libtorch_gpt_elastic_terapipe PROPERTIES TIMEOUT 300 PROCESSORS 2
                        PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # A recorded elastic run replayed (--record-plan, then --plan-from): the same plans and the same
+  # weights, bit for bit (tests/elastic/replay.sh), also with TeraPipe's token tables; --check
+  # passes within the tolerance derived from the plans.
+  set(libtorch_replay --elastic --layers 2 --d-model 32 --heads 2 --seq-len 16 --steps 6 --freeze-every 2 --alpha 1/2
+                      --batch 4 --check)
+  add_test(NAME libtorch_gpt_elastic_replay
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic/replay.sh $<TARGET_FILE:train_libtorch_gpt> -- ${libtorch_replay})
+  add_test(NAME libtorch_gpt_elastic_replay_terapipe
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/elastic/replay.sh $<TARGET_FILE:train_libtorch_gpt> -- ${libtorch_replay}
+                   --slicer terapipe)
+  set_tests_properties(libtorch_gpt_elastic_replay libtorch_gpt_elastic_replay_terapipe PROPERTIES TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "PASS: another model's plan inputs refused")
   add_test(NAME libtorch_gpt_bad_flag COMMAND train_libtorch_gpt --no-such-flag)
   set_tests_properties(libtorch_gpt_bad_flag PROPERTIES WILL_FAIL TRUE)
 

@@ -16,6 +16,7 @@
 #include <tpipe/core/json.hpp>
 
 #include <tpipe/elastic/driver_loop.hpp>
+#include <tpipe/elastic/plan_inputs_file.hpp>
 
 #include "gpt/elastic_gpt.hpp"
 #include "gpt/fingerprint.hpp"
@@ -120,6 +121,12 @@ void print_planner_model(const gpt::config& cfg, const gpt::window_dataset& data
 }
 
 
+//! --plan-from: the recorded unit times (and token tables) instead of measured ones.
+void replay_recorded_inputs(const gpt::elastic_command& c, gpt::elastic_options& o)
+{
+    tpipe::elastic::replay_plan_inputs(c.plan_from, o, static_cast<std::size_t>(c.cfg.layers) + 1, o.terapipe_granularity);
+}
+
 } // namespace
 
 namespace gpt {
@@ -209,12 +216,15 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
             throw std::invalid_argument("--elastic --transport mpi: --devices " + std::to_string(o.devices) + " but the job has " +
                                         std::to_string(size) + " processes; launch mpirun -np " + std::to_string(o.devices));
         // Every process plans with process 0's unit times (and token tables); a resumed run with
-        // the saved run's unit times (every process reads the same file).
-        if (saved) o.measured = saved->measured;
+        // the saved run's unit times, a replayed one with the recorded inputs (every process
+        // reads the same file, so that a bad one is refused on every process).
+        if (!c.plan_from.empty()) replay_recorded_inputs(c, o);
+        else if (saved) o.measured = saved->measured;
         else if (world->rank() == 0) o.measured = measure_units(c.cfg, c.cfg.seq_len, per_process);
-        if (o.terapipe_granularity > 0 && world->rank() == 0)
+        if (o.terapipe_granularity > 0 && !o.slicing && world->rank() == 0)
             o.slicing = profile_token_slicing(c.cfg, data, o, per_process);
         tpipe::mpi::share_plan_inputs(*world, o, static_cast<std::size_t>(c.cfg.layers) + 1);
+        if (!c.record_plan.empty() && world->rank() == 0) tpipe::elastic::record_plan_inputs(c.record_plan, o);
         tpipe::elastic::driver_options d = o;
         d.seq_len = c.cfg.seq_len;
         elastic_gpt* trained = nullptr;  // the driver's model (every process holds the whole model)
@@ -237,7 +247,11 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
 #endif
     } else {
         header();
-        o.measured = saved ? saved->measured : measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
+        const int per_stage = std::max(1, hw / o.devices);
+        if (!c.plan_from.empty()) replay_recorded_inputs(c, o);
+        else o.measured = saved ? saved->measured : measure_units(c.cfg, c.cfg.seq_len, per_stage);
+        if (o.terapipe_granularity > 0 && !o.slicing) o.slicing = profile_token_slicing(c.cfg, data, o, per_stage);
+        if (!c.record_plan.empty()) tpipe::elastic::record_plan_inputs(c.record_plan, o);
         if (c.json) print_planner_model(c.cfg, data, o);
         saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true);
         res = train_elastic(c.cfg, data, o, print, {.resume = resume, .after_step = after_step, .after_run = after_run});

@@ -15,6 +15,8 @@ struct elastic_command {
     bool check = false;         //!< also train the non-elastic reference and require the same bits
     std::string transport = "threads";
     checkpoint_flags ckpt;      //!< --save, --save-every, --keep, --resume
+    std::string record_plan;    //!< --record-plan: write the planner's inputs (measured times) here
+    std::string plan_from;      //!< --plan-from: plan from these recorded inputs instead of measuring
 };
 
 //! Trains on `text`; prints each interval and a summary. Exit status: 0, or 3 when a check failed.

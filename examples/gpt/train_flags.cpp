@@ -63,6 +63,10 @@ const char* usage_text =
     "  --max-frozen F    --elastic: most layers that may freeze (default: all; 0: no freezing, the baseline)\n"
     "  --cache-mb M      --elastic: AutoCache's host-memory budget, beyond it entries spill to disk (default 256)\n"
     "  --no-autopipe, --no-autodp, --no-autocache   --elastic ablations\n"
+    "  --record-plan F   --elastic: write the planner's inputs (each layer's measured seconds; with --slicer\n"
+    "                    terapipe, the token latency tables) to F, so that --plan-from F reproduces the run\n"
+    "  --plan-from F     --elastic: plan from the inputs --record-plan wrote to F instead of measuring them: the\n"
+    "                    same plans, so the same weights as the recording run (docs/elastic.md)\n"
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
     "  --watchdog S      stop a step that makes no progress for S seconds (a peer process stopped, a stage stuck),\n"
@@ -154,6 +158,8 @@ options parse(int argc, char** argv)
     o.el.opts.autopipe = !r.flag("--no-autopipe");
     o.el.opts.autodp = !r.flag("--no-autodp");
     o.el.opts.autocache = !r.flag("--no-autocache");
+    o.el.record_plan = r.text("--record-plan", "");
+    o.el.plan_from = r.text("--plan-from", "");
     o.data = r.text("--data", o.data);
     o.trace = r.text("--trace", o.trace);
     o.watchdog = r.number("--watchdog", o.watchdog, 0, 86400);
@@ -209,8 +215,12 @@ options parse(int argc, char** argv)
     if (o.elastic && r.given("--epochs") && r.given("--steps"))
         throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
     r.applies_only({"--devices", "--alpha", "--freeze-every", "--epochs", "--max-frozen", "--cache-mb", "--no-autopipe",
-                    "--no-autodp", "--no-autocache"},
+                    "--no-autodp", "--no-autocache", "--record-plan", "--plan-from"},
                    o.elastic, "applies with --elastic");
+    r.applies_only({"--record-plan"}, !o.el.record_plan.empty(), "needs a file name, got an empty one");
+    r.applies_only({"--plan-from"}, !o.el.plan_from.empty(), "needs a file name, got an empty one");
+    r.applies_only({"--plan-from"}, !r.given("--resume"),
+                   "does not go with --resume (a resumed run plans from the unit times its checkpoint saved)");
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     r.applies_only({"--precision"}, o.device == "cuda", "applies with --device cuda");
     if (o.device == "cuda") {

@@ -161,6 +161,7 @@ int train_on_cuda(const options& o, const std::string& text)
     f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
     f.add("--cache-mb", o.el.opts.cache_bytes).add("--no-autopipe", !o.el.opts.autopipe);
     f.add("--no-autodp", !o.el.opts.autodp).add("--no-autocache", !o.el.opts.autocache);
+    f.add("--record-plan", o.el.record_plan).add("--plan-from", o.el.plan_from);
     f.add("--recompute", o.recompute).add("--shard-optimizer", o.shard_optimizer).add("--save", o.ckpt.save).add("--save-every", o.ckpt.every);
     f.add("--keep", o.ckpt.keep).add("--resume", o.ckpt.resume);
     f.add("--data (content)", tpipe_examples::content_digest(text) + " (" + std::to_string(text.size()) + " bytes)");

@@ -1,7 +1,9 @@
 // train_libtorch_gpt --elastic: the libtorch GPT as a tpipe::libtorch::freezable_sequential,
 // trained by tpipe's elastic drivers, and the plain libtorch run it is checked against (see
 // training.hpp).
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <vector>
@@ -10,6 +12,7 @@
 
 #include <tpipe/adapters/libtorch/freezable_sequential.hpp>
 #include <tpipe/adapters/libtorch/unit_times.hpp>
+#include <tpipe/elastic/plan_inputs_file.hpp>
 #include <tpipe/elastic/sampler.hpp>
 #include <tpipe/elastic/thread_driver.hpp>
 
@@ -75,6 +78,19 @@ tpipe::elastic::token_slicing profile(const options& o, const corpus& data)
             .granularity = g};
 }
 
+//! The planner's inputs in `d`: replayed from o.plan_from (every process reads the file, so that a
+//! bad one is refused on every process), else measured and profiled here when `measures`.
+void plan_inputs(const options& o, const corpus& data, tpipe::elastic::driver_options& d, bool measures)
+{
+    if (!o.plan_from.empty()) {
+        tpipe::elastic::replay_plan_inputs(o.plan_from, d, static_cast<std::size_t>(o.layers) + 2, o.terapipe_granularity);
+        return;
+    }
+    if (!measures) return;
+    d.measured = measure(o, data);
+    if (o.terapipe_granularity > 0 && !d.slicing) d.slicing = profile(o, data);
+}
+
 } // namespace
 
 std::int64_t elastic_samples(const options& o)
@@ -96,11 +112,9 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         // Plans depend on the unit times (and the costs made of them): every process takes process 0's.
         auto world = tpipe::mpi::communicator::world();
-        if (world.rank() == 0) {
-            d.measured = measure(o, data);
-            if (o.terapipe_granularity > 0 && !d.slicing) d.slicing = profile(o, data);
-        }
+        plan_inputs(o, data, d, world.rank() == 0);
         tpipe::mpi::share_plan_inputs(world, d, static_cast<std::size_t>(o.layers) + 2);
+        if (!o.record_plan.empty() && world.rank() == 0) tpipe::elastic::record_plan_inputs(o.record_plan, d);
         tpipe::mpi::elastic_driver<freezable_sequential> driver(
             std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)), r.samples, d, 1);
         r.speaks = driver.process() == 0;
@@ -111,8 +125,8 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
     } else if (o.transport == "threads") {
-        d.measured = measure(o, data);
-        if (o.terapipe_granularity > 0 && !d.slicing) d.slicing = profile(o, data);
+        plan_inputs(o, data, d, true);
+        if (!o.record_plan.empty()) tpipe::elastic::record_plan_inputs(o.record_plan, d);
         // [snippet:elastic-driver]
         tpipe::elastic::thread_driver<freezable_sequential> driver(
             [&] { return std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)); }, r.samples, d);
@@ -124,6 +138,20 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
     }
     r.weights_fnv = checksum_of(r.weights);
     return r;
+}
+
+double elastic_check_tolerance(const std::vector<tpipe::elastic::interval_report>& intervals)
+{
+    double regrouped = 0;  // partial sums added, over every step
+    for (const auto& r : intervals) {
+        std::size_t units = static_cast<std::size_t>(r.plan.microbatches);
+        if (!r.plan.slices.empty()) {
+            units = 0;
+            for (const auto& m : r.plan.slices) units += m.tokens.size();
+        }
+        regrouped += static_cast<double>(r.steps) * static_cast<double>(units) * r.plan.replicas;
+    }
+    return static_cast<double>(std::numeric_limits<float>::epsilon()) * std::max(regrouped, 1.0);
 }
 
 std::vector<double> frozen_reference(const options& o, const std::vector<tpipe::elastic::interval_report>& intervals,

@@ -45,9 +45,9 @@ namespace F = torch::nn::functional;
 
 std::string checksum_of(const std::vector<double>& weights)
 {
-    tpipe::state::checksum sum;
+    tpipe::state::checksum sum(tpipe::state::checksum_kind::fnv1a64);
     sum.update(std::as_bytes(std::span<const double>(weights)));
-    return tpipe::state::checksum::to_hex(sum.value());
+    return sum.hex();  // its own width: 16 digits of FNV-1a (a 32-bit CRC printed as 64 bits began with 8 zeros)
 }
 
 double relative_difference(const std::vector<double>& a, const std::vector<double>& b)
@@ -295,7 +295,7 @@ std::string checksum_over_processes(tpipe::mpi::communicator& world, const std::
         }(world, count, mine));
         return {};
     }
-    tpipe::state::checksum sum;
+    tpipe::state::checksum sum(tpipe::state::checksum_kind::fnv1a64);  // as checksum_of
     sum.update(std::as_bytes(std::span<const double>(mine)));
     for (int p = 1; p < world.size(); ++p) {
         std::int64_t n = 0;
@@ -307,7 +307,7 @@ std::string checksum_over_processes(tpipe::mpi::communicator& world, const std::
         }(world, p, n, theirs));
         sum.update(std::as_bytes(std::span<const double>(theirs)));
     }
-    return tpipe::state::checksum::to_hex(sum.value());
+    return sum.hex();
 }
 
 //! Every process's parameters, flattened, concatenated in process order, on every process: each

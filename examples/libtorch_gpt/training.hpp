@@ -29,6 +29,8 @@ struct options {
     //! --elastic --slicer terapipe: TeraPipe token slices re-planned at every re-plan, cut at
     //! multiples of this many tokens (0: microbatches of whole sequences).
     std::int64_t terapipe_granularity = 0;
+    std::string record_plan;            //!< --elastic: write the planner's inputs (measured times) to this file
+    std::string plan_from;              //!< --elastic: plan from the inputs recorded in this file, not measured ones
     int watchdog = 60;                  //!< seconds without progress before a step is stopped (0: never)
     std::string save;                   //!< checkpoint directory (empty: no checkpoints)
     int save_every = 0;                 //!< steps between checkpoints (with save)
@@ -57,9 +59,10 @@ result train(const options& o);
 //! loop per device; mpi: mpi::elastic_driver, one process per device) over the model as a
 //! tpipe::libtorch::freezable_sequential (units: the embeddings, each block, the head). `d`
 //! gives devices, steps and the AutoFreeze/AutoPipe/AutoDP/AutoCache settings; batch, seq_len,
-//! seed and the unit times (measured on process 0) are filled in from `o`, and with
-//! o.terapipe_granularity the modules' token latency tables (profiled on process 0) unless
-//! d.slicing holds some. `on_interval` sees each interval (on the process that speaks).
+//! seed and the unit times (measured on process 0, or replayed from o.plan_from) are filled in
+//! from `o`, and with o.terapipe_granularity the modules' token latency tables (profiled on
+//! process 0, or replayed) unless d.slicing holds some; o.record_plan records them (process 0).
+//! `on_interval` sees each interval (on the process that speaks).
 struct elastic_result : tpipe::elastic::run_report {
     std::int64_t samples = 0;     //!< windows of the text: the sampler's epoch
     std::vector<double> weights;  //!< every parameter after the run, in model order
@@ -79,7 +82,16 @@ std::int64_t elastic_samples(const options& o);
 std::vector<double> frozen_reference(const options& o, const std::vector<tpipe::elastic::interval_report>& intervals,
                                      std::vector<double>& interval_losses);
 
-//! The weights' checksum (tpipe::state::checksum of their bytes, hex), printed by every run.
+//! --elastic --check's default tolerance, from the arithmetic of the run's plans: the elastic run
+//! and plain libtorch add the same float32 terms of every gradient, grouped otherwise. A step of
+//! interval i adds each gradient element from r_i partial sums (per replica, one per microbatch
+//! or token slice; then the replicas' sums) where plain libtorch adds one per replica, and each
+//! regrouping may round differently by one float32 epsilon of the element. The tolerance is
+//! eps_f32 * sum_i(steps_i * r_i): the differences a step's regroupings can introduce, added up
+//! over the steps that carry them to the final weights (docs/elastic.md, "Checking a run").
+double elastic_check_tolerance(const std::vector<tpipe::elastic::interval_report>& intervals);
+
+//! The weights' checksum (FNV-1a of their bytes, 16 hex digits), printed by every run.
 std::string checksum_of(const std::vector<double>& weights);
 
 //! ||a - b|| / ||b||

@@ -119,6 +119,21 @@ static_assert(tpipe::stage<ok_stage> && tpipe::stage<std::reference_wrapper<ok_s
 static_assert(!tpipe::stage<no_types> && !tpipe::stage<wrong_forward> && !tpipe::stage<wrong_backward>);
 static_assert(tpipe::split_backward_stage<split_stage> && !tpipe::split_backward_stage<ok_stage> &&
               !tpipe::split_backward_stage<half_split>);
+// Both or neither: a stage that names one half (or both with a wrong signature) means to split,
+// and tpipe::detail::check_split_backward refuses it in a pipeline (tests/diagnostics/half_split_backward.cpp).
+struct weight_only : ok_stage {  // backward_weight without backward_input
+    void backward_weight(const unit&) {}
+};
+struct split_wrong_input : ok_stage {  // both, but backward_input returns the output type
+    double backward_input(const unit&, double g) { return g; }
+    void backward_weight(const unit&) {}
+};
+static_assert(tpipe::names_backward_input<half_split> && !tpipe::names_backward_weight<half_split>);
+static_assert(!tpipe::names_backward_input<weight_only> && tpipe::names_backward_weight<weight_only>);
+static_assert(tpipe::names_backward_input<split_wrong_input> && tpipe::names_backward_weight<split_wrong_input> &&
+              !tpipe::split_backward_stage<split_wrong_input>);
+static_assert(!tpipe::names_backward_input<ok_stage> && !tpipe::names_backward_weight<ok_stage>);
+static_assert(tpipe::detail::check_split_backward<ok_stage>() && tpipe::detail::check_split_backward<split_stage>());
 static_assert(tpipe::every_argument_is_a_stage<ok_stage, back_stage> && !tpipe::every_argument_is_a_stage<ok_stage, no_types>);
 static_assert(tpipe::each_stage_output_type_is_the_next_stage_input_type<ok_stage, back_stage>);
 static_assert(!tpipe::each_stage_output_type_is_the_next_stage_input_type<ok_stage, ok_stage>);
@@ -152,8 +167,20 @@ struct grads_list : same_stage {
 struct grads_ints : same_stage {
     std::span<int> gradients() { return {}; }
 };
+struct grads_const_floats : same_stage {  // read-only spans: nothing to reduce into
+    std::span<const float> gradients() { return {}; }
+};
+struct grads_data_member : same_stage {  // a member named gradients that is not a function
+    std::vector<float> gradients;
+};
 static_assert(tpipe::exposes_gradients<grads_span> && tpipe::exposes_gradients<grads_list>);
 static_assert(!tpipe::exposes_gradients<grads_ints> && !tpipe::exposes_gradients<same_stage>);
+// A near miss names gradients without exposing them: data_parallel refuses it at compile time
+// (tpipe::detail::check_gradients; tests/diagnostics/gradients_wrong_type.cpp), never skips it.
+static_assert(tpipe::names_gradients<grads_ints> && tpipe::names_gradients<grads_const_floats> &&
+              tpipe::names_gradients<grads_data_member> && !tpipe::names_gradients<same_stage>);
+static_assert(!tpipe::exposes_gradients<grads_const_floats> && !tpipe::exposes_gradients<grads_data_member>);
+static_assert(tpipe::detail::check_gradients<grads_span>() && tpipe::detail::check_gradients<same_stage>());
 static_assert(tpipe::detail::gradient_span<std::span<float>> && !tpipe::detail::gradient_span<std::span<const float>>);
 
 // ---- awaitables, channels, byte payloads ------------------------------------------------------
@@ -216,6 +243,41 @@ struct tpipe::payload_traits<fixed_bytes> {
 };
 namespace {
 static_assert(tpipe::byte_payload<fixed_bytes> && !tpipe::recyclable_payload<fixed_bytes>);
+static_assert(tpipe::recyclable_payload<std::vector<float>> && tpipe::enable_recyclable_payload<std::vector<float>>);
+// Recycling is declared, not probed: a recycle() without the declaration is not the capability
+// (and a transport refuses such traits with a sentence: tests/diagnostics/recycle_undeclared.cpp).
+struct undeclared_recycle {
+    std::array<std::byte, 8> b{};
+};
+struct declared_no_recycle {
+    std::array<std::byte, 8> b{};
+};
+} // namespace
+template <>
+struct tpipe::payload_traits<undeclared_recycle> {
+    struct header {};
+    static header header_of(const undeclared_recycle&) { return {}; }
+    static undeclared_recycle make(const header&) { return {}; }
+    static std::span<const std::byte> bytes(const undeclared_recycle& v) { return v.b; }
+    static std::span<std::byte> bytes(undeclared_recycle& v) { return v.b; }
+    static void recycle(undeclared_recycle&&) {}
+};
+template <>
+struct tpipe::payload_traits<declared_no_recycle> {
+    static constexpr bool tpipe_recyclable_payload = true;
+    struct header {};
+    static header header_of(const declared_no_recycle&) { return {}; }
+    static declared_no_recycle make(const header&) { return {}; }
+    static std::span<const std::byte> bytes(const declared_no_recycle& v) { return v.b; }
+    static std::span<std::byte> bytes(declared_no_recycle& v) { return v.b; }
+    static void recycle(declared_no_recycle&) {}  // takes an lvalue: not recycle(T&&)
+};
+namespace {
+static_assert(tpipe::byte_payload<undeclared_recycle> && !tpipe::recyclable_payload<undeclared_recycle> &&
+              tpipe::detail::names_recycle<undeclared_recycle>);
+static_assert(tpipe::enable_recyclable_payload<declared_no_recycle> && !tpipe::recyclable_payload<declared_no_recycle>);
+static_assert(tpipe::detail::check_recyclable_payload<fixed_bytes>() &&
+              tpipe::detail::check_recyclable_payload<std::vector<float>>());
 
 // The header part every payload trait shares (host and device), both ways.
 struct header_of_wrong_type {

@@ -12,8 +12,9 @@
 // The all-reduce of a stage starts on the stage's loop as soon as its last backward action of
 // the iteration has finished, overlapped with the backward of the stages behind it, in buckets
 // of at most options::bucket_bytes (each a collective of its own, issued in the same order on
-// every replica). Stages without gradients() (tpipe/exec/gradients.hpp) and stages without a
-// communicator are skipped. The sum is bitwise identical on every replica (the rank-order fold
+// every replica). Stages without a member `gradients` and stages without a communicator are
+// skipped; a stage whose `gradients` is not what tpipe/exec/gradients.hpp asks for does not
+// compile (a sentence names the member). The sum is bitwise identical on every replica (the rank-order fold
 // on threads and MPI, NCCL's order on GPUs: tpipe/comm/communicator.hpp); options::average then
 // scales by 1 / replicas on every replica alike, on the host, or, with a
 // tpipe::averaging_communicator (NCCL: the gradients are device memory the host cannot touch),
@@ -90,6 +91,7 @@ public:
         grads_.resize(pipe.size());
         pipe.visit_stages([&](std::size_t i, auto& s) {
             using S = std::remove_cvref_t<decltype(s)>;
+            static_assert(detail::check_gradients<S>());  // a gradients() of another shape is an error, not skipped
             if constexpr (exposes_gradients<S>) grads_[i] = [&s] { return gradients_of(s); };
         });
         for (C* c : comm_)

@@ -32,6 +32,26 @@ concept exposes_gradients = requires(stage_object_t<S>& s) { s.gradients(); } &&
                               detail::gradient_span<std::ranges::range_value_t<
                                   decltype(std::declval<stage_object_t<S>&>().gradients())>>));
 
+//! A stage with a member named gradients, whatever it returns: it means to expose its gradients
+//! (a near miss of exposes_gradients is an error, never a stage silently left out of the
+//! all-reduce, whose replicas would then drift apart).
+template <class S>
+concept names_gradients = requires { &stage_object_t<S>::gradients; } || requires(stage_object_t<S>& s) { s.gradients(); };
+
+namespace detail {
+//! True; a compile error naming the member when S has a gradients() that exposes_gradients refuses.
+template <class S>
+consteval bool check_gradients()
+{
+    if constexpr (names_gradients<S>)
+        static_assert(exposes_gradients<S>,
+                      "this stage (S above) has a member `gradients`, so it must be `gradients()` returning "
+                      "std::span<float>, std::span<double> or a range of them (tpipe/exec/gradients.hpp); as it is, "
+                      "tpipe::data_parallel could not all-reduce its gradients and the replicas would drift apart");
+    return true;
+}
+} // namespace detail
+
 //! A stage's gradients, by element type.
 struct gradient_view {
     std::vector<std::span<float>> f32;

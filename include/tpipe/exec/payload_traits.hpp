@@ -72,6 +72,7 @@ inline constexpr bool no_byte_form = false;
 template <class T>
     requires std::is_trivially_copyable_v<T> && (!detail::holds_addresses<T>)
 struct payload_traits<std::vector<T>> {
+    static constexpr bool tpipe_recyclable_payload = true;  // recycle below (tpipe/exec/recyclable_payload.hpp)
     struct header {
         std::uint64_t count;
     };

@@ -92,6 +92,7 @@ constexpr bool diagnose_stage()
         static_assert(has_backward_from_output_grad_to_input_grad<Stage>,
                       "tpipe::pipeline: this stage type (Stage above) has no member "
                       "`input backward(const tpipe::unit&, output)`");
+        if constexpr (stage<Stage>) return check_split_backward<Stage>();
     }
     return stage<Stage>;
 }
@@ -142,7 +143,7 @@ template <class S>
 constexpr bool diagnose_uniform()
 {
     if constexpr (uniform_stage<S>) {
-        return true;
+        return check_split_backward<stage_object_t<S>>();
     } else {
         if constexpr (diagnose_stage<stage_object_t<S>>())
             static_assert(uniform_stage<S>, "tpipe::uniform_pipeline: the stage's output type must be its input type, "

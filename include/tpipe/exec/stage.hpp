@@ -26,7 +26,9 @@
 //   the optional `input_grad(u, dx)` callable, or is dropped.
 // - Schedules with split backward (zb-h1, zb-v) call backward_input then backward_weight. A
 //   stage without the split falls back: its I action calls backward() and its W action does
-//   nothing, so gradients stay exact and only the zero-bubble overlap is lost.
+//   nothing, so gradients stay exact and only the zero-bubble overlap is lost. The split is both
+//   or neither: a stage with one of the two members (or either with another signature) does not
+//   compile in a pipeline (detail::check_split_backward names the member).
 #include <concepts>
 #include <functional>
 #include <type_traits>
@@ -94,5 +96,41 @@ concept split_backward_stage =
         { s.backward_input(u, std::move(g)) } -> std::same_as<stage_input_t<S>>;
         s.backward_weight(u);
     };
+
+//! A stage with a member named backward_input (backward_weight), whatever its signature: it means
+//! to split its backward, so the split must be whole (both or neither, checked by the pipelines).
+template <class S>
+concept names_backward_input = requires { &stage_object_t<S>::backward_input; } ||
+                               requires(stage_object_t<S>& s, const unit& u, stage_output_t<S>&& g) {
+                                   s.backward_input(u, std::move(g));
+                               };
+template <class S>
+concept names_backward_weight = requires { &stage_object_t<S>::backward_weight; } ||
+                                requires(stage_object_t<S>& s, const unit& u) { s.backward_weight(u); };
+
+namespace detail {
+//! True; a compile error naming the member when a stage splits its backward by half (one of
+//! backward_input and backward_weight, or either with another signature). Without the check such
+//! a stage would fall back to backward() silently: zero-bubble schedules would lose their overlap,
+//! and a stage whose backward() leaves the weight gradients to backward_weight would lose them.
+template <class S>
+consteval bool check_split_backward()
+{
+    if constexpr (names_backward_input<S> || names_backward_weight<S>) {
+        static_assert(names_backward_input<S>,
+                      "tpipe: this stage (S above) has backward_weight but no member `input backward_input(const "
+                      "tpipe::unit&, output)`; a split backward needs both (or neither: backward alone)");
+        static_assert(names_backward_weight<S>,
+                      "tpipe: this stage (S above) has backward_input but no member `void backward_weight(const "
+                      "tpipe::unit&)`; a split backward needs both (or neither: backward alone)");
+        if constexpr (names_backward_input<S> && names_backward_weight<S>)
+            static_assert(split_backward_stage<S>,
+                          "tpipe: this stage (S above) splits its backward, so it must have `input backward_input(const "
+                          "tpipe::unit&, output)` and `void backward_weight(const tpipe::unit&)` with these signatures "
+                          "(and be a stage: forward and backward)");
+    }
+    return true;
+}
+} // namespace detail
 
 } // namespace tpipe

@@ -51,6 +51,7 @@ class channel final : private detail::progress_hook {
     static_assert(byte_payload<T>,
                   "tpipe::mpi::channel: this stage payload type has no byte form, so it cannot cross processes; "
                   "specialise tpipe::payload_traits<T> for it (see tpipe/exec/payload_traits.hpp)");
+    static_assert(tpipe::detail::check_recyclable_payload<T>());  // recycling declared, or a sentence
 
 public:
     using value_type = T;
