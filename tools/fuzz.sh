@@ -15,7 +15,7 @@ cd "$root"
 seconds=${FUZZ_SECONDS:-60}
 dir=${FUZZ_DIR:-$root/build-fuzz}
 cxx=${CLANGXX:-clang++-14}
-all=(action csv json latency_json cli)  # the names in tpipe::fuzz::targets
+all=(action csv json latency_json cli manifest)  # the names in tpipe::fuzz::targets
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all[@]}")
 command -v "$cxx" >/dev/null || bash tools/setup.sh clang-14 libclang-rt-14-dev

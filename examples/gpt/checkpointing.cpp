@@ -1,12 +1,17 @@
 #include "checkpointing.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
 #include <span>
 #include <stdexcept>
 #include <utility>
 
 #include <tpipe/state/checkpoint_reader.hpp>
+#include <tpipe/core/checked.hpp>
 #include <tpipe/state/checksum.hpp>
+#include <tpipe/state/manifest_field.hpp>
 
 namespace gpt {
 
@@ -84,6 +89,46 @@ void require_elastic(const tpipe::state::manifest& m, bool elastic, const std::s
     if (!elastic && !m.elastic.is_null())
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\" was saved by an elastic run (train_gpt --elastic, " +
                                       "its samples drawn by the elastic sampler); resume it with --elastic");
+}
+
+//! What train_gpt reads from a manifest besides the tensors, each field checked (the library
+//! checked its own: step, shards, ranges): a refusal is a corrupt_checkpoint naming the field.
+//! The optimizer steps once per training step, so its step_count is the manifest's step.
+struct saved_position {
+    std::int64_t step_count = 0;
+    std::vector<std::uint64_t> data_streams;  //!< none for an elastic run (its sampler is a function of the step)
+};
+
+saved_position read_position(const tpipe::state::manifest& m, bool elastic, const std::string& mpath)
+{
+    namespace field = tpipe::state::field;
+    saved_position p;
+    try {
+        auto same_as_step = [&](const value& section, const std::string& where, const std::string& key) {
+            const std::int64_t n = field::integer(section, where, key);
+            if (n != m.step)
+                throw tpipe::parse_error(where + "." + key + " is " + std::to_string(n) + ", but step is " +
+                                         std::to_string(m.step) + " (one optimizer step and one batch per step)");
+            return n;
+        };
+        p.step_count = same_as_step(m.optimizer, "optimizer", "step_count");
+        field::integer(m.optimizer, "optimizer", "frozen");
+        field::hex64_value(field::member(m.rng, "rng", "seed"), "rng.seed");
+        if (elastic) {
+            same_as_step(m.rng, "rng", "steps_drawn");
+        } else {
+            same_as_step(m.rng, "rng", "batches_drawn_per_stream");
+            const auto& streams = field::array(m.rng, "rng", "data_streams");
+            if (streams.empty()) throw tpipe::parse_error("rng.data_streams is empty (one stream per replica)");
+            for (std::size_t d = 0; d < streams.size(); ++d)
+                p.data_streams.push_back(field::hex64_value(streams[d], "rng.data_streams[" + std::to_string(d) + "]"));
+        }
+    } catch (const tpipe::state::checkpoint_error&) {
+        throw;
+    } catch (const tpipe::error& e) {
+        throw tpipe::state::corrupt_checkpoint("checkpoint manifest \"" + mpath + "\" is malformed: " + e.what());
+    }
+    return p;
 }
 
 } // namespace
@@ -179,19 +224,18 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
     require_elastic(m, false, mpath);
     require_same(m.optimizer, optimizer_json(o, s.opt(first_held(s))),
                  {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm", "frozen"}, "optimizer", mpath);
-    const auto step_count = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
+    const saved_position saved = read_position(m, false, mpath);
     for (int i = 0; i < s.stages(); ++i) {
         if (!s.holds(i)) continue;
         auto& p = s.params(i);
         auto& opt = s.opt(i);
         if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_checkpoint: the optimizer must be fresh");
         read_state(in, p, opt);
-        opt.step_count() = step_count;
+        opt.step_count() = saved.step_count;
     }
     training_position pos;
     pos.step = m.step;
-    for (const auto& st : m.rng.at("data_streams").as_array("data_streams"))
-        pos.data_streams.push_back(tpipe::state::checksum::from_hex(st.as_string("data stream"), "data stream"));
+    pos.data_streams = saved.data_streams;
     return pos;
 }
 
@@ -254,8 +298,10 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
     tpipe::elastic::unit_seconds u;
     try {
         const auto& t = m.elastic.at("unit_seconds");
-        for (const auto& x : t.at("forward").as_array("forward")) u.forward.push_back(x.as_number("forward seconds"));
-        for (const auto& x : t.at("backward").as_array("backward")) u.backward.push_back(x.as_number("backward seconds"));
+        for (const auto& x : t.at("forward").as_array("forward"))
+            u.forward.push_back(tpipe::checked_finite("elastic.unit_seconds.forward", x.as_number("forward seconds"), 0));
+        for (const auto& x : t.at("backward").as_array("backward"))
+            u.backward.push_back(tpipe::checked_finite("elastic.unit_seconds.backward", x.as_number("backward seconds"), 0));
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
     }
@@ -277,6 +323,7 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
     if (opt.frozen() != 0 || opt.steps() != 0) throw std::logic_error("load_elastic_checkpoint: the optimizer must be fresh");
     require_same(m.optimizer, optimizer_json(o, opt),
                  {"kind", "lr", "beta1", "beta2", "eps", "weight_decay", "max_grad_norm"}, "optimizer", mpath);
+    const saved_position saved = read_position(m, true, mpath);
     tpipe::elastic::resume_point at;
     at.steps_done = m.step;
     try {
@@ -291,13 +338,13 @@ tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, co
                                       std::to_string(at.plan.replicas) + " replicas) does not fit a model of " +
                                       std::to_string(cfg.layers) + " layers");
     opt.freeze(p.lay.frozen_end(frozen));
-    const auto saved_frozen = static_cast<std::int64_t>(m.optimizer.at("frozen").as_number("frozen"));
+    const auto saved_frozen = tpipe::state::field::integer(m.optimizer, "optimizer", "frozen");
     if (saved_frozen != opt.frozen())
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its optimizer's frozen range ends at " +
                                       std::to_string(saved_frozen) + " parameters, but " + std::to_string(frozen) +
                                       " frozen layers end at " + std::to_string(opt.frozen()));
     read_state(in, p, opt);
-    opt.step_count() = static_cast<std::int64_t>(m.optimizer.at("step_count").as_number("step_count"));
+    opt.step_count() = saved.step_count;
     return at;
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -20,6 +21,7 @@
 #include <torch/torch.h>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/core/checked.hpp>
 #include <tpipe/core/file.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
@@ -134,7 +136,8 @@ public:
                                                         tpipe::json::dump(model_json(cfg)));
         for (std::size_t i = 0; i < pipe.size(); ++i) tpipe::libtorch::load_stage(in, pipe.stage(i), opt);
         data.seek(m.rng.at("data_sampler").as_string("data_sampler"));
-        return static_cast<int>(m.step);
+        // The library checked step (an integer >= 0); this trainer counts steps in an int.
+        return tpipe::checked_narrow<int>("the checkpoint's step", m.step, 0, std::numeric_limits<int>::max() - 1);
     }
 
 private:

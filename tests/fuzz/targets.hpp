@@ -19,6 +19,7 @@
 #include "tpipe/schedule/action.hpp"
 #include "tpipe/schedule/csv.hpp"
 #include "tpipe/schedule/validate.hpp"
+#include "tpipe/state/manifest.hpp"
 
 namespace tpipe::fuzz {
 
@@ -99,6 +100,40 @@ inline void cli_arguments(std::string_view text)
     }
 }
 
+//! Checkpoint manifests, fed twice: as they are (the checksum refuses almost every input) and
+//! sealed with their CRC-32C first (so the field checks behind it are reached). A refusal is a
+//! tpipe::error; what is accepted has every range inside its shard and tensor, and writes back
+//! to a manifest that reads to the same one.
+inline void checkpoint_manifest(std::string_view text)
+{
+    auto one = [](const std::string& t) {
+        try {
+            const state::manifest m = state::manifest::parse(t, "fuzz");
+            for (const auto& s : m.shards)
+                for (const auto& r : s.ranges) {
+                    require(0 <= r.begin && r.begin <= r.end && r.end <= r.elements(), "range inside its tensor");
+                    require(0 <= r.offset && r.offset + r.bytes() <= s.bytes, "range inside its shard");
+                }
+            if (m.format >= 2) {  // format 1's shard checksums are another kind: not written back as such
+                const state::manifest back = state::manifest::parse(m.text(), "fuzz");
+                require(json::dump(back.to_json()) == json::dump([&] {
+                            state::manifest f = m;
+                            f.format = state::checkpoint_format_version;
+                            return f.to_json();
+                        }()),
+                        "parse(m.text()) == m");
+            }
+        } catch (const error&) {
+        }
+    };
+    one(std::string(text));
+    if (!text.empty() && text.front() == '{') {
+        const std::string rest(text.substr(1));
+        one(std::string(state::detail::manifest_sum_key) + state::checksum::to_hex(state::detail::crc32c_of(rest), 8) + "\"," +
+            rest);
+    }
+}
+
 struct target {
     const char* name;
     void (*run)(std::string_view);
@@ -108,6 +143,7 @@ inline constexpr target targets[] = {{"action", action_text},
                                      {"csv", csv_program},
                                      {"json", json_text},
                                      {"latency_json", latency_model},
-                                     {"cli", cli_arguments}};
+                                     {"cli", cli_arguments},
+                                     {"manifest", checkpoint_manifest}};
 
 } // namespace tpipe::fuzz

@@ -76,7 +76,7 @@ void overwrite_byte(const fs::path& p, std::streamoff at)
 
 } // namespace
 
-TEST_CASE("the shard checksum is CRC-32C (format 2), fed in pieces; FNV-1a 64 (format 1) still computes", "[state]")
+TEST_CASE("the shard checksum is CRC-32C (formats 2 and 3), fed in pieces; FNV-1a 64 (format 1) still computes", "[state]")
 {
     auto bytes = [](const std::string& t) { return std::as_bytes(std::span<const char>(t)); };
     checksum crc;
@@ -116,9 +116,10 @@ TEST_CASE("a format-1 checkpoint (FNV-1a checksums) still loads; a damaged one i
     const std::string dir = checkpoint_directory(s.run()).committed_path(3);
     const fs::path mpath = fs::path(dir) / manifest_file;
     auto v = tpipe::json::parse(tpipe::read_file(mpath.string(), "manifest")).as_object();
-    CHECK(v.at("format").as_number("format") == 2);
+    CHECK(v.at("format").as_number("format") == 3);
     // Rewrite it as version 1 wrote it: FNV-1a of each shard under "checksum_fnv1a64".
     v["format"] = 1;
+    v.erase("manifest_crc32c");  // format 3's
     tpipe::json::array shards;
     for (const auto& sh : v.at("shards").as_array("shards")) {
         auto e = sh.as_object();
@@ -159,7 +160,7 @@ TEST_CASE("a damaged manifest, another format version and a non-checkpoint are r
         v["format"] = 99;
         std::ofstream(mpath, std::ios::trunc) << tpipe::json::dump(tpipe::json::value(v));
         CHECK_THROWS_AS(checkpoint_reader(s.run()), incompatible_checkpoint);
-        CHECK_THROWS_WITH(checkpoint_reader(s.run()), Catch::Contains("has format version 99; this tpipe reads versions 1 to 2"));
+        CHECK_THROWS_WITH(checkpoint_reader(s.run()), Catch::Contains("has format version 99; this tpipe reads versions 1 to 3"));
     }
     const std::string empty = (s.root / "empty").string();
     fs::create_directory(empty);

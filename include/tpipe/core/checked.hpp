@@ -8,6 +8,7 @@
 //   const int layers = tpipe::parse_integer<int>("--layers", text, 1, 4096);
 //   const double f   = tpipe::parse_finite("--f", text, 0);              // >= 0, finite
 //   const int tp     = tpipe::checked_integer<int>("tensor_parallel", json_number, 1, 1024);
+//   const auto end   = tpipe::checked_sum<std::int64_t>("begin + count", begin, count);
 #include <charconv>
 #include <cmath>
 #include <concepts>
@@ -113,6 +114,28 @@ T checked_narrow(std::string_view what, U v, T lo = std::numeric_limits<T>::min(
 {
     if (std::cmp_less(v, lo) || std::cmp_greater(v, hi)) detail::refuse_range(what, "an integer", lo, hi, std::to_string(v));
     return static_cast<T>(v);
+}
+
+//! a + b, refusing a result T cannot hold (`what` names the sum) instead of wrapping.
+template <std::integral T>
+T checked_sum(std::string_view what, T a, T b)
+{
+    T r{};
+    if (__builtin_add_overflow(a, b, &r))
+        throw invalid_argument(std::string(what) + " overflows: " + std::to_string(a) + " + " + std::to_string(b) +
+                               " does not fit " + std::to_string(sizeof(T) * 8) + " bits");
+    return r;
+}
+
+//! a * b, refusing a result T cannot hold (`what` names the product) instead of wrapping.
+template <std::integral T>
+T checked_product(std::string_view what, T a, T b)
+{
+    T r{};
+    if (__builtin_mul_overflow(a, b, &r))
+        throw invalid_argument(std::string(what) + " overflows: " + std::to_string(a) + " * " + std::to_string(b) +
+                               " does not fit " + std::to_string(sizeof(T) * 8) + " bits");
+    return r;
 }
 
 } // namespace tpipe

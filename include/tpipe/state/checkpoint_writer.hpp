@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -44,10 +46,37 @@ public:
         if (o_.shards < 1) throw invalid_argument("checkpoint_writer: a checkpoint needs at least one shard");
     }
 
+    checkpoint_writer(const checkpoint_writer&) = delete;
+    checkpoint_writer& operator=(const checkpoint_writer&) = delete;
+
+    //! A save still in progress is not committed here (the commit meets the other processes at
+    //! the barrier, which they may never reach, and may fail, which a destructor cannot throw):
+    //! its background write is waited for, and the lost save, with its error if the write
+    //! failed, is reported on stderr. Call finish() to commit it.
+    ~checkpoint_writer()
+    {
+        if (!pending_) return;
+        std::string why;
+        try {
+            bg_.wait();
+        } catch (const std::exception& e) {
+            why = std::string("; its write had failed: ") + e.what();
+        } catch (...) {
+            why = "; its write had failed";
+        }
+        std::fprintf(stderr,
+                     "tpipe: checkpoint_writer destroyed with the save of step %lld in progress: not committed, "
+                     "\"%s\" holds the previous checkpoints only%s (call finish() before the writer ends)\n",
+                     static_cast<long long>(pending_->step), o_.root.c_str(), why.c_str());
+    }
+
     //! Starts saving `m` (every section filled but the shards) with this process's shards.
-    //! Finishes the previous save first.
+    //! Finishes the previous save first. Refuses a step outside 0 .. 2^53 - 1.
     void begin(manifest m, std::vector<shard_snapshot> mine)
     {
+        if (m.step < 0 || m.step > field::max_integer)
+            throw invalid_argument("checkpoint_writer::begin: step " + std::to_string(m.step) +
+                                   " must be in 0.." + std::to_string(field::max_integer) + " (optimizer steps taken)");
         finish();
         if (o_.leader) dir_.prepare(m.step);
         barrier();
@@ -84,8 +113,14 @@ public:
             throw write_error("checkpoint \"" + at + "\": " + std::to_string(m.shards.size()) + " of " +
                               std::to_string(o_.shards) + " shards were written; not committing it");
         std::sort(m.shards.begin(), m.shards.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
+        try {
+            check_layout(m.shards);  // what a reader would refuse is not committed
+        } catch (const error& e) {
+            throw write_error("checkpoint \"" + at + "\": the shards' layout is wrong, not committing it: " + e.what());
+        }
         for (const auto& s : m.shards) fs::remove(at + "/." + s.file + ".entry", ec);
-        const std::string text = json::dump(m.to_json()) + "\n";
+        m.format = checkpoint_format_version;
+        const std::string text = m.text();
         const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(text));
         write_durably(at + "/" + manifest_file, std::span<const std::span<const std::byte>>(&bytes, 1));
         dir_.commit(m.step, o_.keep);

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "tpipe/core/checked.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/json.hpp"
 #include "tpipe/state/dtype.hpp"
+#include "tpipe/state/manifest_field.hpp"
 
 namespace tpipe::state {
 
@@ -22,52 +24,63 @@ struct named_range {
     std::int64_t begin = 0, end = 0;  //!< elements of the flattened tensor held here
     std::int64_t offset = 0;          //!< byte offset in the shard
 
+    //! Elements of the whole tensor; throws tpipe::invalid_argument for a negative dimension or a
+    //! count that overflows (never wraps).
     std::int64_t elements() const
     {
         std::int64_t n = 1;
-        for (auto s : shape) n *= s;
+        for (auto s : shape) {
+            if (s < 0) throw invalid_argument("tensor \"" + name + "\" has a negative dimension " + std::to_string(s));
+            n = checked_product<std::int64_t>("the element count of tensor \"" + name + "\"", n, s);
+        }
         return n;
     }
-    std::int64_t bytes() const { return (end - begin) * static_cast<std::int64_t>(dtype_bytes(dtype)); }
+    //! Bytes of the range (end >= begin); throws tpipe::invalid_argument if they overflow.
+    std::int64_t bytes() const
+    {
+        return checked_product<std::int64_t>("the bytes of a range of tensor \"" + name + "\"", end - begin,
+                                             static_cast<std::int64_t>(dtype_bytes(dtype)));
+    }
     //! Same tensor: name, dtype and shape (the ranges may differ).
     bool same_tensor(const named_range& o) const { return name == o.name && dtype == o.dtype && shape == o.shape; }
 
     json::value to_json() const
     {
-        json::array dims;
-        for (auto s : shape) dims.push_back(s);
+        json::array dims(shape.begin(), shape.end());  // built in place: push_back of a temporary
+                                                       // json::value drew 9 false -Wmaybe-uninitialized
+                                                       // from GCC 12 -O2 in users' code (std::variant's move)
         return json::object{{"name", name},   {"dtype", dtype},   {"shape", std::move(dims)},
                             {"begin", begin}, {"end", end},       {"offset", offset}};
     }
-    //! Throws tpipe::parse_error for a malformed entry (`where` names it).
+    //! Reads and checks one range of a manifest: integers where integers (in 0 .. 2^53 - 1), a
+    //! known dtype, elements inside the tensor, and a tensor of at most 2^53 - 1 elements. Throws
+    //! tpipe::error naming the field by `where` ("shards[0].ranges[2]").
     static named_range from_json(const json::value& v, const std::string& where)
     {
         named_range r;
+        r.name = field::text(v, where, "name");
+        r.dtype = field::text(v, where, "dtype");
         try {
-            r.name = v.at("name").as_string("name");
-            r.dtype = v.at("dtype").as_string("dtype");
-            for (const auto& s : v.at("shape").as_array("shape")) r.shape.push_back(integer(s, "shape"));
-            r.begin = integer(v.at("begin"), "begin");
-            r.end = integer(v.at("end"), "end");
-            r.offset = integer(v.at("offset"), "offset");
             dtype_bytes(r.dtype);
         } catch (const parse_error& e) {
-            throw parse_error(where + ": " + e.what());
+            throw parse_error(field::path(where, "dtype") + ": " + e.what());
         }
-        if (r.begin < 0 || r.end < r.begin || r.end > r.elements() || r.offset < 0)
-            throw parse_error(where + ": range [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
-                              ") at offset " + std::to_string(r.offset) + " does not fit tensor \"" + r.name +
-                              "\" of " + std::to_string(r.elements()) + " elements");
+        const json::array& dims = field::array(v, where, "shape");
+        std::int64_t n = 1;
+        for (std::size_t k = 0; k < dims.size(); ++k) {
+            const std::string dim = field::path(where, "shape") + "[" + std::to_string(k) + "]";
+            r.shape.push_back(field::integer_value(dims[k], dim));
+            n = checked_product<std::int64_t>(field::path(where, "shape") + "'s element count", n, r.shape.back());
+            if (n > field::max_integer)
+                throw parse_error(field::path(where, "shape") + " " + json::dump(v.at("shape")) + " has more than 2^53 - 1 elements");
+        }
+        r.begin = field::integer(v, where, "begin");
+        r.end = field::integer(v, where, "end");
+        r.offset = field::integer(v, where, "offset");
+        if (r.end < r.begin || r.end > n)
+            throw parse_error(where + ": elements [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                              ") do not fit tensor \"" + r.name + "\" of " + std::to_string(n) + " elements");
         return r;
-    }
-
-private:
-    static std::int64_t integer(const json::value& v, const char* what)
-    {
-        const double d = v.as_number(what);
-        if (!(d >= 0 && d < 9.0e15) || d != static_cast<double>(static_cast<std::int64_t>(d)))
-            throw parse_error(std::string(what) + " must be a non-negative integer");
-        return static_cast<std::int64_t>(d);
     }
 };
 

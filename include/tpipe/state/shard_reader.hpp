@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -63,9 +64,13 @@ public:
     const shard_entry& entry() const { return entry_; }
     const std::string& path() const { return path_; }
 
-    //! Reads out.size() bytes at byte `offset` of the shard.
+    //! Reads out.size() bytes at byte `offset` of the shard; refuses bytes outside it.
     void read_at(std::int64_t offset, std::span<std::byte> out) const
     {
+        if (offset < 0 || offset > entry_.bytes || std::cmp_greater(out.size(), entry_.bytes - offset))
+            throw corrupt_checkpoint("checkpoint shard \"" + path_ + "\": a read of " + std::to_string(out.size()) +
+                                     " bytes at byte " + std::to_string(offset) + " lies outside its " +
+                                     std::to_string(entry_.bytes) + " bytes");
         std::size_t done = 0;
         while (done < out.size()) {
             const ::ssize_t n = ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset) + static_cast<off_t>(done));

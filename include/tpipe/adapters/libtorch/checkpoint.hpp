@@ -36,6 +36,7 @@
 #include "tpipe/state/checkpoint_reader.hpp"
 #include "tpipe/state/errors.hpp"
 #include "tpipe/state/manifest.hpp"
+#include "tpipe/state/manifest_field.hpp"
 #include "tpipe/state/shard_snapshot.hpp"
 
 namespace tpipe::libtorch {
@@ -186,7 +187,11 @@ inline std::int64_t load_adamw(const state::checkpoint_reader& in, const torch::
                                 " (this optimizer: " + y + ")";
         }
     if (!diff.empty()) throw state::incompatible_checkpoint(where + " was saved with another AdamW: " + diff);
-    return static_cast<std::int64_t>(saved.at("step_count").as_number("step_count"));
+    try {
+        return state::field::integer(saved, "optimizer", "step_count");
+    } catch (const error& e) {
+        throw state::corrupt_checkpoint(where + ": " + e.what());
+    }
 }
 
 //! Loads the parameters of `stage` and their AdamW state from `in` (any sharding: each tensor is
