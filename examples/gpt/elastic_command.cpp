@@ -227,7 +227,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         speaks = driver.process() == 0;
         header();
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
-        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0, saved ? saved->run : "");
         const auto from = resume(trained->params(), trained->optimizer());
         static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
         after_run(res, trained->params(), trained->optimizer());
@@ -239,7 +239,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         header();
         o.measured = saved ? saved->measured : measure_units(c.cfg, c.cfg.seq_len, std::max(1, hw / o.devices));
         if (c.json) print_planner_model(c.cfg, data, o);
-        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true, saved ? saved->run : "");
         res = train_elastic(c.cfg, data, o, print, {.resume = resume, .after_step = after_step, .after_run = after_run});
     }
     if (res.stopped_after >= 0) {

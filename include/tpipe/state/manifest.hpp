@@ -10,6 +10,7 @@
 #include "tpipe/state/checksum.hpp"
 #include "tpipe/state/errors.hpp"
 #include "tpipe/state/named_range.hpp"
+#include "tpipe/state/run_id.hpp"
 
 namespace tpipe::state {
 
@@ -74,6 +75,7 @@ inline shard_entry shard_from_json(const json::value& s, const std::string& wher
 struct manifest {
     int format = checkpoint_format_version;
     std::int64_t step = 0;             //!< optimizer steps taken
+    std::string run;                   //!< the run's identity (16 hex digits; "" before run ids)
     json::value model;                 //!< the model's configuration (a loader compares it)
     json::value optimizer;             //!< kind, hyper-parameters, step count; its state is in ranges
     json::value rng;                   //!< RNG states and the data sampler's position
@@ -85,9 +87,11 @@ struct manifest {
     {
         json::array files;
         for (const auto& s : shards) files.push_back(shard_json(s));
-        return json::object{{"tpipe_checkpoint", true}, {"format", format},       {"step", step},
-                            {"model", model},           {"optimizer", optimizer}, {"rng", rng},
-                            {"elastic", elastic},       {"shape", shape},         {"shards", std::move(files)}};
+        json::object out{{"tpipe_checkpoint", true}, {"format", format},       {"step", step},
+                         {"model", model},           {"optimizer", optimizer}, {"rng", rng},
+                         {"elastic", elastic},       {"shape", shape},         {"shards", std::move(files)}};
+        if (!run.empty()) out["run"] = run;
+        return out;
     }
 
     //! Reads manifest text; `path` names the file in every refusal. A wrong format version is an
@@ -113,6 +117,7 @@ struct manifest {
             m.format = static_cast<int>(f);
             const checksum_kind kind = m.format == 1 ? checksum_kind::fnv1a64 : checksum_kind::crc32c;
             m.step = static_cast<std::int64_t>(v.at("step").as_number("step"));
+            if (v.contains("run")) m.run = run_id(v.at("run").as_string("run"), "run");
             m.model = v.at("model");
             m.optimizer = v.at("optimizer");
             m.rng = v.at("rng");
