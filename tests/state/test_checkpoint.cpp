@@ -327,6 +327,7 @@ TEST_CASE("a shard that is not a regular file is refused by name, without blocki
     fs::remove(m);
     fs::create_symlink(fifo, m);
     CHECK_THROWS_WITH(checkpoint_reader(s.run()), Catch::Contains("is a FIFO (named pipe)"));
+    CHECK_THROWS_WITH(checkpoint_reader("/dev/zero"), Catch::Contains("is a character device, not a checkpoint directory"));
 }
 
 TEST_CASE("a checkpoint directory that cannot be read says so (not \"no manifest.json\")", "[state][savedir]")

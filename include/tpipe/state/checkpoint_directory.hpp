@@ -138,7 +138,10 @@ public:
             throw corrupt_checkpoint("--resume \"" + path + "\": cannot be read: " + ec.message());
         if (!fs::is_directory(st))
             throw not_a_checkpoint("--resume \"" + path + "\": " +
-                                   (fs::exists(st) ? "is a file, not a checkpoint directory" : "does not exist"));
+                                   (!fs::exists(st)            ? std::string("does not exist")
+                                    : fs::is_regular_file(st) ? std::string("is a file, not a checkpoint directory")
+                                                              : "is " + std::string(tpipe::detail::file_kind(st.type())) +
+                                                                    ", not a checkpoint directory"));
         const bool has_manifest = fs::exists(fs::symlink_status(fs::path(path) / manifest_file, ec));
         if (ec && ec != std::errc::no_such_file_or_directory)  // a directory of mode 000, say
             throw corrupt_checkpoint("checkpoint directory \"" + path + "\" cannot be read: " + ec.message());
