@@ -5,7 +5,9 @@
 // - content_digest / executable_digest: fields of the launch fingerprint (tpipe/exec/fingerprint.hpp)
 //   that every process of an MPI job agrees on before the first step, so that a stale binary on
 //   one node or a different data file is named instead of training a wrong model;
-// - stop_request: SIGINT/SIGTERM stop training at a step boundary.
+// - stop_request: SIGINT/SIGTERM, or a standard output whose reader went away, stop training at
+//   a step boundary.
+// - prepare_process: signals a trainer handles itself, and a stack limit its threads cannot run on.
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +19,9 @@
 #include <tpipe/exec/world.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
+
+#include <tpipe/core/error.hpp>
 
 #include "flags.hpp"
 
@@ -53,6 +58,29 @@ inline void refuse_independent_copies(const std::string& program, const std::str
                           "one process");
 }
 
+//! First thing in a trainer's main:
+//! - SIGXFSZ ignored: a write past the file size limit (ulimit -f) fails with EFBIG, and the save
+//!   says so (the committed checkpoints stay whole), instead of the signal killing the process;
+//! - SIGPIPE ignored: a write to a standard output whose reader went away (`| head`) fails with
+//!   EPIPE instead of killing the process mid-save; stop_request sees it at the next step boundary;
+//! - a stack size limit (ulimit -s) under `min_stack_kib` refused with a sentence: glibc gives
+//!   every new thread a stack of that size, and a stage thread would overflow it (SIGSEGV, no
+//!   message). Throws tpipe::error.
+inline void prepare_process(const std::string& program, unsigned long min_stack_kib = 1024)
+{
+    std::signal(SIGXFSZ, SIG_IGN);
+    std::signal(SIGPIPE, SIG_IGN);
+    struct rlimit st {};
+    if (::getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY && st.rlim_cur < (min_stack_kib << 10))
+        throw tpipe::error("the stack size limit (ulimit -s) is " + std::to_string(st.rlim_cur >> 10) + " KiB; " + program +
+                           " needs at least " + std::to_string(min_stack_kib) +
+                           " KiB (its threads take their stack size from it): raise it, e.g. ulimit -s 8192");
+}
+
+//! Whether the standard output can no longer be written (EPIPE: its reader went away; or a full
+//! disk): what was printed is lost, and so would be what follows.
+inline bool standard_output_lost() noexcept { return std::ferror(stdout) != 0; }
+
 namespace detail {
 inline volatile std::sig_atomic_t stop_signal = 0;
 extern "C" inline void note_stop_signal(int sig) { stop_signal = sig; }
@@ -82,14 +110,22 @@ public:
         sigaction(SIGINT, &old_int_, nullptr);
         sigaction(SIGTERM, &old_term_, nullptr);
     }
-    bool requested() const noexcept { return detail::stop_signal != 0; }
-    int signal() const noexcept { return static_cast<int>(detail::stop_signal); }
+    bool requested() const noexcept { return signal() != 0; }
+    //! The signal to stop for: SIGINT or SIGTERM received, or SIGPIPE standing for a standard
+    //! output that can no longer be written (SIGPIPE itself is ignored: prepare_process); 0: none.
+    int signal() const noexcept
+    {
+        if (detail::stop_signal != 0) return static_cast<int>(detail::stop_signal);
+        return enabled_ && standard_output_lost() ? SIGPIPE : 0;
+    }
     //! What a stopped run says: `agreed` is the signal every process stopped for (over MPI the
     //! largest any of them received, so this one may not have received it itself).
     std::string stopped_at(int agreed, std::int64_t after, std::int64_t of) const
     {
-        return std::string(signal_name(agreed)) + (requested() ? " received" : " received by another process") +
-               ": stopped at the step boundary after step " + std::to_string(after) + " of " + std::to_string(of);
+        const std::string why = agreed == SIGPIPE
+                                    ? std::string("the standard output was closed (EPIPE)") + (requested() ? "" : " on another process")
+                                    : std::string(signal_name(agreed)) + (requested() ? " received" : " received by another process");
+        return why + ": stopped at the step boundary after step " + std::to_string(after) + " of " + std::to_string(of);
     }
 
 private:

@@ -1,6 +1,7 @@
 #include "checkpointing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -143,7 +144,8 @@ value model_json(const config& c)
 checkpointer::checkpointer(const checkpoint_flags& f, checkpoint_place place, const config& cfg,
                            const adamw_options& opt, std::uint64_t seed)
     : f_(f), place_(std::move(place)), cfg_(cfg), opt_(opt), seed_(seed),
-      out_({.root = f.save, .keep = f.keep, .leader = place_.leader, .shards = place_.ranks * (place_.sharded ? place_.replicas : 1), .barrier = place_.barrier})
+      out_({.root = f.save, .keep = f.keep, .run = place_.run, .leader = place_.leader,
+            .shards = place_.ranks * (place_.sharded ? place_.replicas : 1), .barrier = place_.barrier})
 {
 }
 
@@ -235,15 +237,18 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
     }
     training_position pos;
     pos.step = m.step;
+    pos.run = m.run;
     pos.data_streams = saved.data_streams;
     return pos;
 }
 
 elastic_checkpointer::elastic_checkpointer(const checkpoint_flags& f, const config& cfg, const adamw_options& opt,
-                                           std::uint64_t seed, tpipe::elastic::unit_seconds measured, bool writes)
+                                           std::uint64_t seed, tpipe::elastic::unit_seconds measured, bool writes,
+                                           const std::string& run)
     : f_(f), cfg_(cfg), opt_(opt), seed_(seed), measured_(std::move(measured))
 {
-    if (writes && !f.save.empty()) out_.emplace(tpipe::state::writer_options{.root = f.save, .keep = f.keep, .shards = 1});
+    if (writes && !f.save.empty())
+        out_.emplace(tpipe::state::writer_options{.root = f.save, .keep = f.keep, .run = run, .shards = 1});
 }
 
 void elastic_checkpointer::after_step(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p,
@@ -309,7 +314,14 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
     if (u.forward.size() != n || u.backward.size() != n)
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
                                       " units, this model has " + std::to_string(units));
-    return {m.step, std::move(u)};
+    for (const auto* times : {&u.forward, &u.backward})
+        for (std::size_t i = 0; i < times->size(); ++i)
+            if (!((*times)[i] > 0) || !std::isfinite((*times)[i]))
+                throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit_seconds." +
+                                              (times == &u.forward ? "forward[" : "backward[") + std::to_string(i) +
+                                              "] is " + tpipe::json::dump((*times)[i]) +
+                                              "; a unit's measured time must be a positive number of seconds");
+    return {m.step, std::move(u), m.run};
 }
 
 tpipe::elastic::resume_point load_elastic_checkpoint(const std::string& path, const config& cfg, const adamw_options& o,

@@ -41,6 +41,7 @@ struct checkpoint_flags {
 struct training_position {
     std::int64_t step = 0;                     //!< steps done
     std::vector<std::uint64_t> data_streams;  //!< every replica's data RNG, after `step` batches
+    std::string run;                           //!< the run that saved it ("" before run ids)
 };
 
 //! This process's part in saving.
@@ -51,6 +52,7 @@ struct checkpoint_place {
     int replicas = 1;             //!< data-parallel replicas in the job
     bool sharded = false;         //!< --shard-optimizer: every replica writes its moments' shard
     bool leader = true;           //!< writes the manifest and commits
+    std::string run{};            //!< the run continued (--resume: its checkpoint's run); "": a new run
     std::function<void()> barrier{};
     tpipe::json::value shape{};   //!< how this run is laid out (recorded for information)
 };
@@ -90,9 +92,10 @@ training_position load_checkpoint(const std::string& path, const config& cfg, co
 //! An elastic run's checkpoints, written by the process that holds replica 0 (`writes`).
 class elastic_checkpointer {
 public:
-    //! `measured`: the unit times the run plans with (saved, so that a resume plans alike).
+    //! `measured`: the unit times the run plans with (saved, so that a resume plans alike);
+    //! `run`: the run continued (saved_elastic_run::run), "" for a new run.
     elastic_checkpointer(const checkpoint_flags& f, const config& cfg, const adamw_options& opt, std::uint64_t seed,
-                         tpipe::elastic::unit_seconds measured, bool writes);
+                         tpipe::elastic::unit_seconds measured, bool writes, const std::string& run);
     //! After the optimizer step that made `done` steps, under `plan`: a save every --save-every
     //! steps (committing the previous one first, so a save overlaps the next step's training).
     void after_step(std::int64_t done, const tpipe::elastic::replan_record& plan, const parameters<float>& p,
@@ -126,6 +129,7 @@ private:
 struct saved_elastic_run {
     std::int64_t steps_done = 0;
     tpipe::elastic::unit_seconds measured;
+    std::string run;  //!< the run that saved it ("" before run ids)
 };
 saved_elastic_run read_saved_elastic_run(const std::string& path, int units);
 

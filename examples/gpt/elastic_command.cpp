@@ -237,7 +237,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         speaks = driver.process() == 0;
         header();
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
-        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0, saved ? saved->run : "");
         const auto from = resume(trained->params(), trained->optimizer());
         static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
         after_run(res, trained->params(), trained->optimizer());
@@ -253,7 +253,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         if (o.terapipe_granularity > 0 && !o.slicing) o.slicing = profile_token_slicing(c.cfg, data, o, per_stage);
         if (!c.record_plan.empty()) tpipe::elastic::record_plan_inputs(c.record_plan, o);
         if (c.json) print_planner_model(c.cfg, data, o);
-        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true);
+        saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, true, saved ? saved->run : "");
         res = train_elastic(c.cfg, data, o, print, {.resume = resume, .after_step = after_step, .after_run = after_run});
     }
     if (res.stopped_after >= 0) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 #include <vector>
 
@@ -203,6 +204,16 @@ options parse(int argc, char** argv)
     if (o.recompute && (o.device != "cpu" || o.elastic))
         throw usage_error("--recompute applies to the CPU GPT's pipelines, not to --device cuda or --elastic");
     if (r.given("--save") != r.given("--save-every")) throw usage_error("--save DIR and --save-every N go together");
+    if (r.given("--save") && o.ckpt.save.empty())
+        throw usage_error("--save needs a directory, got an empty name");
+    if (r.given("--resume") && o.ckpt.resume.empty())
+        throw usage_error("--resume needs a checkpoint or a --save directory, got an empty name");
+    // Allowed (a run that saves only when stopped by a signal, as tests/state/stop_resume.sh
+    // does), but never silent.
+    if (r.given("--save-every") && o.ckpt.every > o.steps && (!o.elastic || o.steps_given))
+        std::cerr << "train_gpt: warning: --save-every " << o.ckpt.every << " is more than --steps " << o.steps
+                  << ": no checkpoint will be saved unless SIGINT or SIGTERM stops the run (then it saves the step "
+                     "it stopped after)\n";
     r.applies_only({"--keep"}, r.given("--save"), "applies with --save");
     r.applies_only({"--save", "--resume"}, o.device == "cpu" && !o.check,
                    "is not supported with --device cuda or --check yet");

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -287,8 +288,9 @@ void print_step(const options& o, const step_line& l, bool tty)
 
 //! --resume: every replica here from the checkpoint, and every replica's data stream where the
 //! checkpoint left it. Returns the first step to run.
+//! `run`: the run the checkpoint belongs to, which this one continues.
 int resume(const options& o, const std::string& text, const std::vector<std::unique_ptr<replica>>& reps,
-           std::vector<std::uint64_t>& streams, bool speaks)
+           std::vector<std::uint64_t>& streams, bool speaks, std::string& run)
 {
     gpt::training_position at;
     for (auto& r : reps) at = gpt::load_checkpoint(o.ckpt.resume, o.cfg, {.lr = o.lr}, *r->state);
@@ -299,6 +301,7 @@ int resume(const options& o, const std::string& text, const std::vector<std::uni
         if (d < at.data_streams.size()) streams[d] = at.data_streams[d];
         else for (std::int64_t k = 0; k < at.step; ++k) gpt::sample_batch(text, o.batch, o.cfg.seq_len, streams[d]);
     if (speaks && !o.json) std::cout << "resumed from step " << at.step << " (" << o.ckpt.resume << ")\n";
+    run = at.run;
     return static_cast<int>(at.step) + 1;
 }
 
@@ -487,13 +490,14 @@ int train(const options& o)
     tpipe::run_stats stats;
     std::vector<std::uint64_t> streams;  // every replica's data stream (all are needed by --check)
     for (int d = 0; d < D; ++d) streams.push_back(replica::data_seed(o, d));
-    const int first_step = o.ckpt.resume.empty() ? 1 : resume(o, text, reps, streams, speaks);
+    std::string run;  // the run continued ("": a new one)
+    const int first_step = o.ckpt.resume.empty() ? 1 : resume(o, text, reps, streams, speaks, run);
     std::unique_ptr<gpt::checkpointer> saver;
     std::vector<gpt::stage_states<float>*> states_here(static_cast<std::size_t>(D), nullptr);  // by replica
     for (auto& r : reps) states_here[static_cast<std::size_t>(r->index)] = r->state.get();
     if (!o.ckpt.save.empty()) {
         gpt::checkpoint_place place{.stage_rank = prog.stage_rank, .ranks = ranks, .my_rank = where.rank,
-                                    .replicas = D, .sharded = o.shard_optimizer, .leader = speaks};
+                                    .replicas = D, .sharded = o.shard_optimizer, .leader = speaks, .run = run};
 #ifdef TPIPE_GPT_MPI
         if (mpi) place.barrier = [&] { mpi->barrier(); };
 #endif
@@ -632,11 +636,23 @@ int train(const options& o)
     return status;
 }
 
+//! After the reason is printed: a failure of one MPI process ends every process of the job (the
+//! others may be waiting for it in a collective, a checkpoint's barrier say).
+void end_job(int status)
+{
+#ifdef TPIPE_GPT_MPI
+    tpipe::mpi::end_job_on_error(status);
+#else
+    (void)status;
+#endif
+}
+
 } // namespace
 
 int main(int argc, char** argv)
 {
     try {
+        tpipe_examples::prepare_process("train_gpt");  // SIGXFSZ and SIGPIPE become errors; ulimit -s
         const options o = parse(argc, argv);
         tpipe_examples::refuse_independent_copies("train_gpt", o.transport);
         int status = 0;
@@ -647,13 +663,17 @@ int main(int argc, char** argv)
         } else
 #endif
             status = train(o);
-        tpipe::close_standard_output();  // what was printed must have arrived (a full disk, /dev/full)
+        // What was printed must have arrived (a full disk, /dev/full); a run stopped because its
+        // standard output was closed has said so already.
+        if (status != 128 + SIGPIPE) tpipe::close_standard_output();
         return status;
     } catch (const usage_error& e) {
         std::cerr << "train_gpt: " << tpipe::printable(e.what()) << "\n(run train_gpt --help for the flags)\n";
+        end_job(2);
         return 2;
     } catch (const std::exception& e) {
         std::cerr << "train_gpt: " << tpipe::printable(e.what()) << "\n";
+        end_job(1);
         return 1;
     }
 }

@@ -5,6 +5,7 @@
 //   train_libtorch_gpt --elastic --devices 2 --epochs 3 --check      (PipeTransformer)
 //
 // Exit status: 0 ok, 1 failure, 2 bad flags, 3 --check found a difference from plain libtorch.
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -340,6 +341,16 @@ int run(const flags& f)
 
 int main(int argc, char** argv)
 {
+    // A checkpoint write past the file size limit (ulimit -f) fails with EFBIG, and the save says
+    // so, instead of SIGXFSZ killing the process.
+    std::signal(SIGXFSZ, SIG_IGN);
+    // After the reason is printed: a failure of one MPI process ends every process of the job.
+    auto end_job = [](int status) {
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        tpipe::mpi::end_job_on_error(status);
+#endif
+        return status;
+    };
     try {
         const flags f = parse(argc, argv);
         tpipe_examples::refuse_independent_copies("train_libtorch_gpt", f.o.transport);
@@ -354,9 +365,9 @@ int main(int argc, char** argv)
         return run(f);
     } catch (const usage_error& e) {
         std::cerr << "train_libtorch_gpt: " << tpipe::printable(e.what()) << "\n(run train_libtorch_gpt --help for the flags)\n";
-        return 2;
+        return end_job(2);
     } catch (const std::exception& e) {
         std::cerr << "train_libtorch_gpt: " << tpipe::printable(e.what()) << "\n";
-        return 1;
+        return end_job(1);
     }
 }

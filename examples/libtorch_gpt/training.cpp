@@ -93,7 +93,8 @@ public:
     checkpoints(const options& o, std::function<void()> barrier, bool leader)
         : o_(o), out_(o.save.empty() ? std::nullopt
                                      : std::optional<tpipe::state::checkpoint_writer>(std::in_place,
-                                           tpipe::state::writer_options{.root = o.save, .keep = o.keep, .leader = leader,
+                                           tpipe::state::writer_options{.root = o.save, .keep = o.keep, .run = resumed_run(o),
+                                                                        .leader = leader,
                                                                         .shards = o.stages, .barrier = std::move(barrier)}))
     {
     }
@@ -141,6 +142,14 @@ public:
     }
 
 private:
+    //! The run a --resume continues (its saves carry the same identity); "": a new run.
+    static std::string resumed_run(const options& o)
+    {
+        if (o.resume.empty()) return {};
+        using tpipe::state::checkpoint_directory;
+        return checkpoint_directory::run_of(checkpoint_directory::resolve(o.resume)).value_or("");
+    }
+
     const options& o_;
     std::optional<tpipe::state::checkpoint_writer> out_;
 };

@@ -119,6 +119,13 @@ TEST_CASE("elastic driver: refuses to plan without unit times or with a batch th
     o.batch = 5;
     tpipe::elastic::thread_driver<chain> e([&] { return std::make_unique<chain>(3, data); }, 15, o);
     REQUIRE_THROWS_WITH(e.run(), Catch::Contains("must be a multiple of the 2 devices"));
+    o.batch = 4;
+    for (double bad : {0.0, -1.0}) {  // refused at the input, not as a schedule's or the JSON's error later
+        o.measured = {std::vector<double>(3, 1.0), {1.0, bad, 1.0}};
+        tpipe::elastic::thread_driver<chain> z([&] { return std::make_unique<chain>(3, data); }, 16, o);
+        REQUIRE_THROWS_WITH(z.run(), Catch::Contains("measured unit time backward[1] is " + std::to_string(bad) +
+                                                     " s; every unit's time must be a positive number of seconds"));
+    }
 }
 
 namespace {

@@ -83,6 +83,41 @@ def check_environment_rows(root, plan, gpt):
            "train_gpt: this train_gpt is one of 2 processes started by a launcher (OMPI_COMM_WORLD_SIZE=2), but "
            "--transport is threads: every process would train its own model independently; add --transport mpi, "
            "or start one process")
+    # A save directory another job holds (its lock), or one holding another run's checkpoints.
+    import fcntl
+    import shutil
+    import tempfile
+    small = ["--layers", "2", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--steps", "1", "--save-every", "1"]
+    work = tempfile.mkdtemp()
+    try:
+        held = os.path.join(work, "held")
+        os.mkdir(held)
+        with open(os.path.join(held, ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock.write("pid 4242 on host elsewhere")
+            lock.flush()
+            expect("train_gpt --save DIR that another job holds",
+                   subprocess.run([gpt, *small, "--save", held], cwd=root, capture_output=True, timeout=120),
+                   f'train_gpt: checkpoint directory "{held}" is in use by another job (pid 4242 on host elsewhere): '
+                   "two jobs saving into one directory would mix their checkpoints; save into another directory, or "
+                   "wait until that job ends")
+        other = os.path.join(work, "other")
+        shutil.copytree(os.path.join(root, "tests/errors/inputs/ckpt_truncated"), os.path.join(other, "step-00000003"))
+        expect("train_gpt --save DIR holding another run's checkpoints",
+               subprocess.run([gpt, *small, "--save", other], cwd=root, capture_output=True, timeout=120),
+               f'train_gpt: checkpoint directory "{other}" holds step-00000003 (written before runs were recorded), '
+               "not of this run (")
+    finally:
+        shutil.rmtree(work)
+    # A stack size limit its threads would overflow: refused with a sentence, not SIGSEGV.
+    import resource
+
+    def small_stack():
+        resource.setrlimit(resource.RLIMIT_STACK, (32 << 10, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+    expect("train_gpt under ulimit -s 32",
+           subprocess.run([gpt, "--steps", "1"], cwd=root, capture_output=True, timeout=120, preexec_fn=small_stack),
+           "train_gpt: the stack size limit (ulimit -s) is 32 KiB; train_gpt needs at least 1024 KiB (its threads take "
+           "their stack size from it): raise it, e.g. ulimit -s 8192")
     # Standard output that cannot be written (a full disk): an error, not exit status 0.
     with open("/dev/full", "w") as full:
         expect("tpipe-plan simulate > /dev/full",

@@ -13,6 +13,11 @@ if(TPIPE_BUILD_EXAMPLES)
   add_test(NAME state_crash_threads
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> threads)
   set_tests_properties(state_crash_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # The save directory's rules: one job and one run per directory, --keep, special files,
+  # ulimit -f, a closed standard output, a --save that fails on one MPI process.
+  add_test(NAME state_save_dir
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/save_dir.sh $<TARGET_FILE:train_gpt> ${state_mpi_args})
+  set_tests_properties(state_save_dir PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # SIGTERM mid-run: stops at a step boundary, saves that step; resumed, the same weights.
   add_test(NAME state_stop_threads
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/stop_resume.sh $<TARGET_FILE:train_gpt> threads)

@@ -46,6 +46,8 @@ inline std::string read_file(const std::string& path, const std::string& what,
     if (path.empty()) throw invalid_argument(what + ": the path is empty");
     std::error_code ec;
     const auto status = fs::status(path, ec);
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+        throw invalid_argument(name + " cannot be read: " + ec.message());  // e.g. in a directory of mode 000
     if (ec || !fs::exists(status)) throw invalid_argument(name + " does not exist");
     if (fs::is_directory(status)) throw invalid_argument(name + " is a directory, not a file");
     if (!fs::is_regular_file(status))

@@ -6,6 +6,7 @@
 // slices for the new depth on the measured per-unit latencies (stage_token_latency). Every
 // process of a job plans alike from the same unit times.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -91,6 +92,13 @@ public:
                         "elastic driver: measured unit times for " + std::to_string(o.measured.forward.size()) +
                             " forward and " + std::to_string(o.measured.backward.size()) + " backward units; the model has " +
                             std::to_string(n) + " (measure every unit before planning)");
+        for (const auto* times : {&o.measured.forward, &o.measured.backward})
+            for (std::size_t i = 0; i < n; ++i)
+                detail::require((*times)[i] > 0 && std::isfinite((*times)[i]),
+                                "elastic driver: measured unit time " +
+                                    std::string(times == &o.measured.forward ? "forward[" : "backward[") +
+                                    std::to_string(i) + "] is " + std::to_string((*times)[i]) +
+                                    " s; every unit's time must be a positive number of seconds");
         detail::require(freezable >= 0 && freezable < units_,
                         "elastic driver: the model says " + std::to_string(freezable) + " of its " + std::to_string(units_) +
                             " units may freeze; at least the last (the head) must stay active");

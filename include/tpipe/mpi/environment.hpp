@@ -15,6 +15,8 @@
 // - While it lives, an exception that leaves main (std::terminate) prints its message and ends
 //   the process with status 1 (mpirun then ends the job), instead of std::abort, which Open
 //   MPI's signal handler turns into a backtrace that hides the message.
+// - An exception that leaves the environment's scope does not finalise MPI (the peers may wait
+//   for this process); the handler catching it prints it and calls end_job_on_error.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
@@ -58,6 +60,22 @@ namespace detail {
 }
 } // namespace detail
 
+//! For a program's top-level error handler, after it printed why: ends every process of the job
+//! with `status` (MPI_Abort) while MPI is up, so that a failure on one process (a --save
+//! directory it cannot create, say) never leaves the others waiting for it. Without MPI, or
+//! after MPI_Finalize, it returns and the caller exits as usual.
+inline void end_job_on_error(int status) noexcept
+{
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) {
+        std::fflush(stdout);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, status);
+    }
+}
+
 //! What tpipe::mpi::environment starts besides MPI.
 struct environment_options {
     //! Start the progress thread. Unset: only where this node has more cores than MPI processes,
@@ -78,11 +96,15 @@ public:
     environment(int& argc, char**& argv, options o = {}) : environment(&argc, &argv, o) {}
     environment(const environment&) = delete;
     environment& operator=(const environment&) = delete;
+    //! Finalises MPI, except while an exception leaves the environment's scope: the other
+    //! processes may be waiting for this one (in a barrier, say) and MPI_Finalize, collective,
+    //! would wait for them before anything is printed. MPI stays up for the handler that catches
+    //! the exception to print it and end the job (end_job_on_error).
     ~environment()
     {
         std::set_terminate(previous_terminate_);
         progress_.reset();
-        if (owns_) MPI_Finalize();
+        if (owns_ && std::uncaught_exceptions() <= uncaught_at_start_) MPI_Finalize();
     }
 
     //! The thread level MPI provides (MPI_THREAD_MULTIPLE).
@@ -143,6 +165,7 @@ private:
 
     int provided_ = MPI_THREAD_SINGLE;
     bool owns_ = false;
+    int uncaught_at_start_ = std::uncaught_exceptions();
     std::unique_ptr<progress_thread> progress_;
     std::terminate_handler previous_terminate_ = nullptr;
 };

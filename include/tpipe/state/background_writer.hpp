@@ -3,8 +3,12 @@
 // on. wait() joins it and rethrows what the job threw, so a failed write is never lost.
 #include <exception>
 #include <functional>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
+
+#include "tpipe/state/errors.hpp"
 
 namespace tpipe::state {
 
@@ -23,13 +27,18 @@ public:
     void start(std::function<void()> job)
     {
         wait();
-        thread_ = std::thread([this, job = std::move(job)] {
-            try {
-                job();
-            } catch (...) {
-                error_ = std::current_exception();
-            }
-        });
+        try {
+            thread_ = std::thread([this, job = std::move(job)] {
+                try {
+                    job();
+                } catch (...) {
+                    error_ = std::current_exception();
+                }
+            });
+        } catch (const std::system_error& e) {  // EAGAIN: the process's thread or memory limit
+            throw write_error(std::string("cannot start the checkpoint writer's thread: ") + e.what() +
+                              " (a thread or memory limit: ulimit -u, ulimit -v)");
+        }
     }
 
     //! Blocks until the running job (if any) is done; rethrows its exception.

@@ -3,14 +3,20 @@
 // manifest), a save in progress is .partial-step-NNNNNNNN/ until one rename commits it. A crash
 // at any moment leaves every committed checkpoint whole; a leftover partial directory is never
 // read, and the next save of the run removes it.
+//
+// A directory holds one run's checkpoints (each manifest names its run): keep-K deletes only
+// checkpoints of the committing run, never one newer than the step it commits, and never
+// through a symbolic link (a step-* that is a link is not a checkpoint of the directory).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "tpipe/core/file.hpp"
 #include "tpipe/state/durable_file.hpp"
 #include "tpipe/state/errors.hpp"
 #include "tpipe/state/manifest.hpp"
@@ -27,7 +33,8 @@ public:
     std::string committed_path(std::int64_t step) const { return root_ + "/" + committed_name(step); }
     std::string partial_path(std::int64_t step) const { return root_ + "/" + partial_name(step); }
 
-    //! Steps of the committed checkpoints (those with a manifest), ascending.
+    //! Steps of the committed checkpoints (directories, not links, with a manifest or one that
+    //! cannot be told absent), ascending.
     std::vector<std::int64_t> committed() const { return steps("step-", true); }
     //! Steps of the saves that never committed.
     std::vector<std::int64_t> partial() const { return steps(".partial-step-", false); }
@@ -38,8 +45,7 @@ public:
     {
         namespace fs = std::filesystem;
         std::error_code ec;
-        fs::create_directories(root_, ec);
-        if (ec) throw write_error("cannot create the checkpoint directory \"" + root_ + "\": " + ec.message());
+        create();
         for (auto s : partial()) fs::remove_all(partial_path(s), ec);
         const std::string p = partial_path(step);
         if (!fs::create_directory(p, ec) || ec)
@@ -47,9 +53,52 @@ public:
         return p;
     }
 
-    //! Commits the save of `step` (its manifest already written in the partial directory) by one
-    //! rename, made durable; then keeps the newest `keep` checkpoints (0: all). Run by one process.
-    void commit(std::int64_t step, int keep) const
+    //! Creates the directory (and its parents) if needed; throws write_error naming it.
+    void create() const
+    {
+        namespace fs = std::filesystem;
+        std::error_code ec;
+        if (root_.empty()) throw write_error("the checkpoint directory's name is empty");
+        const auto st = fs::status(root_, ec);
+        if (fs::exists(st) && !fs::is_directory(st))
+            throw write_error("cannot create the checkpoint directory \"" + root_ + "\": it exists and is not a directory");
+        fs::create_directories(root_, ec);
+        if (ec) throw write_error("cannot create the checkpoint directory \"" + root_ + "\": " + ec.message());
+    }
+
+    //! The run that committed checkpoint directory `dir` ("" : one written before run ids), or
+    //! nothing when its manifest cannot be read.
+    static std::optional<std::string> run_of(const std::string& dir)
+    {
+        try {
+            const json::value v = json::parse(read_file(dir + "/" + manifest_file, "checkpoint manifest"));
+            return v.contains("run") ? v.at("run").as_string("run") : std::string();
+        } catch (const error&) {
+            return std::nullopt;
+        }
+    }
+
+    //! The first committed checkpoint here that is not of run `run`, described for a refusal
+    //! ("step-00000004 of run 0123...", "... written before run ids", "... whose manifest cannot
+    //! be read"); nothing when every one is this run's.
+    std::optional<std::string> other_run(const std::string& run) const
+    {
+        for (auto s : committed()) {
+            const auto r = run_of(committed_path(s));
+            if (r && *r == run) continue;
+            return committed_name(s) + (!r ? " (its manifest cannot be read)"
+                                        : r->empty() ? " (written before runs were recorded)"
+                                                     : " of run " + *r);
+        }
+        return std::nullopt;
+    }
+
+    //! Commits the save of `step` by run `run` (its manifest already written in the partial
+    //! directory) by one rename, made durable. Then, with `keep` > 0, deletes this run's
+    //! checkpoints older than its newest `keep` up to `step`: another run's, one whose run cannot
+    //! be read, and one newer than `step` (left by this run before a resume from an older step)
+    //! are kept. Run by one process.
+    void commit(std::int64_t step, int keep, const std::string& run) const
     {
         namespace fs = std::filesystem;
         const std::string from = partial_path(step), to = committed_path(step);
@@ -68,9 +117,11 @@ public:
         sync_directory(root_);
         fs::remove_all(aside, ec);
         if (keep > 0) {
-            auto all = committed();
-            for (std::size_t k = 0; k + static_cast<std::size_t>(keep) < all.size(); ++k)
-                fs::remove_all(committed_path(all[k]), ec);
+            std::vector<std::int64_t> mine;
+            for (auto s : committed())
+                if (s <= step && run_of(committed_path(s)) == run) mine.push_back(s);
+            for (std::size_t k = 0; k + static_cast<std::size_t>(keep) < mine.size(); ++k)
+                fs::remove_all(committed_path(mine[k]), ec);  // a real directory: remove_all follows no link
         }
     }
 
@@ -81,10 +132,20 @@ public:
     {
         namespace fs = std::filesystem;
         std::error_code ec;
-        if (!fs::is_directory(path, ec))
+        if (path.empty()) throw not_a_checkpoint("--resume: the checkpoint path is empty");
+        const auto st = fs::status(path, ec);
+        if (ec && ec != std::errc::no_such_file_or_directory)
+            throw corrupt_checkpoint("--resume \"" + path + "\": cannot be read: " + ec.message());
+        if (!fs::is_directory(st))
             throw not_a_checkpoint("--resume \"" + path + "\": " +
-                                   (fs::exists(path, ec) ? "is a file, not a checkpoint directory" : "does not exist"));
-        if (fs::exists(fs::path(path) / manifest_file, ec)) return path;
+                                   (!fs::exists(st)            ? std::string("does not exist")
+                                    : fs::is_regular_file(st) ? std::string("is a file, not a checkpoint directory")
+                                                              : "is " + std::string(tpipe::detail::file_kind(st.type())) +
+                                                                    ", not a checkpoint directory"));
+        const bool has_manifest = fs::exists(fs::symlink_status(fs::path(path) / manifest_file, ec));
+        if (ec && ec != std::errc::no_such_file_or_directory)  // a directory of mode 000, say
+            throw corrupt_checkpoint("checkpoint directory \"" + path + "\" cannot be read: " + ec.message());
+        if (has_manifest) return path;
         const std::string base = fs::path(path).lexically_normal().filename().string();
         if (base.rfind(".partial-step-", 0) == 0 || has_shards(path))
             throw incomplete_checkpoint("\"" + path + "\" is a half-written checkpoint (no " + manifest_file +
@@ -127,7 +188,12 @@ private:
             if (n.rfind(prefix, 0) != 0 || n.size() == prefix.size()) continue;
             const std::string digits = n.substr(prefix.size());
             if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 15) continue;
-            if (with_manifest && !fs::exists(e.path() / manifest_file, ec)) continue;
+            std::error_code tec;
+            if (!e.is_directory(tec) || e.is_symlink(tec)) continue;  // a link or a file is not one of ours
+            std::error_code mec;
+            const bool manifest = fs::exists(fs::symlink_status(e.path() / manifest_file, mec));
+            // Unreadable (mode 000): listed, so that reading it says why, and never deleted.
+            if (with_manifest && !manifest && (!mec || mec == std::errc::no_such_file_or_directory)) continue;
             out.push_back(std::stoll(digits));
         }
         std::sort(out.begin(), out.end());

@@ -24,15 +24,18 @@
 #include "tpipe/core/file.hpp"
 #include "tpipe/state/background_writer.hpp"
 #include "tpipe/state/checkpoint_directory.hpp"
+#include "tpipe/state/directory_lock.hpp"
 #include "tpipe/state/durable_file.hpp"
 #include "tpipe/state/manifest.hpp"
+#include "tpipe/state/run_id.hpp"
 #include "tpipe/state/shard_snapshot.hpp"
 
 namespace tpipe::state {
 
 struct writer_options {
     std::string root;                 //!< the run's checkpoint directory (created if needed)
-    int keep = 0;                     //!< newest checkpoints kept (0: all)
+    int keep = 0;                     //!< newest checkpoints of this run kept (0: all)
+    std::string run{};                //!< the run's identity: a resumed run's manifest.run; "": a new run
     bool leader = true;               //!< this process writes the manifest and commits
     int shards = 1;                   //!< shards of one checkpoint over all processes
     std::function<void()> barrier{};  //!< of all processes (none: a single process)
@@ -40,10 +43,21 @@ struct writer_options {
 
 class checkpoint_writer {
 public:
+    //! On the leader: creates the directory and locks it for this writer's lifetime, and refuses
+    //! (directory_conflict) a directory another job holds or one with another run's checkpoints.
     explicit checkpoint_writer(writer_options o) : o_(std::move(o)), dir_(o_.root)
     {
         if (o_.keep < 0) throw invalid_argument("checkpoint_writer: keep must be >= 0 (0 keeps all)");
         if (o_.shards < 1) throw invalid_argument("checkpoint_writer: a checkpoint needs at least one shard");
+        o_.run = o_.run.empty() ? new_run_id() : run_id(o_.run, "checkpoint_writer: run");
+        if (!o_.leader) return;
+        dir_.create();
+        lock_.emplace(o_.root);
+        if (const auto other = dir_.other_run(o_.run))
+            throw directory_conflict("checkpoint directory \"" + o_.root + "\" holds " + *other +
+                                     ", not of this run (" + o_.run +
+                                     "): saving there would mix two runs' checkpoints (and --keep delete the other's); "
+                                     "resume that run from it, or save into another directory");
     }
 
     checkpoint_writer(const checkpoint_writer&) = delete;
@@ -82,6 +96,7 @@ public:
         barrier();
         const std::string at = dir_.partial_path(m.step);
         pending_ = std::move(m);
+        pending_->run = o_.run;
         bg_.start([at, mine = std::move(mine)] {
             for (const auto& s : mine) {
                 const std::string record = json::dump(shard_json(s.write(at)));
@@ -123,7 +138,7 @@ public:
         const std::string text = m.text();
         const std::span<const std::byte> bytes = std::as_bytes(std::span<const char>(text));
         write_durably(at + "/" + manifest_file, std::span<const std::span<const std::byte>>(&bytes, 1));
-        dir_.commit(m.step, o_.keep);
+        dir_.commit(m.step, o_.keep, o_.run);
         last_committed_ = m.step;
     }
 
@@ -131,6 +146,8 @@ public:
     //! The step of the last checkpoint this (leader) process committed, or -1.
     std::int64_t last_committed() const { return last_committed_; }
     const checkpoint_directory& directory() const { return dir_; }
+    //! This run's identity, recorded in every manifest it writes.
+    const std::string& run() const { return o_.run; }
 
 private:
     void barrier()
@@ -140,6 +157,7 @@ private:
 
     writer_options o_;
     checkpoint_directory dir_;
+    std::optional<directory_lock> lock_;  // the leader's, while it may save
     background_writer bg_;
     std::optional<manifest> pending_;
     std::int64_t last_committed_ = -1;

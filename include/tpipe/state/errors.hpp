@@ -44,4 +44,11 @@ public:
     using checkpoint_error::checkpoint_error;
 };
 
+//! A save directory this run may not save into: another job holds its lock, or it holds
+//! checkpoints of another run (which this run's saves and --keep would mix with or delete).
+class directory_conflict : public checkpoint_error {
+public:
+    using checkpoint_error::checkpoint_error;
+};
+
 } // namespace tpipe::state

@@ -17,6 +17,7 @@
 #include "tpipe/state/errors.hpp"
 #include "tpipe/state/manifest_field.hpp"
 #include "tpipe/state/named_range.hpp"
+#include "tpipe/state/run_id.hpp"
 
 namespace tpipe::state {
 
@@ -159,6 +160,7 @@ inline std::uint64_t crc32c_of(std::string_view text)
 struct manifest {
     int format = checkpoint_format_version;
     std::int64_t step = 0;             //!< optimizer steps taken (0 .. 2^53 - 1)
+    std::string run;                   //!< the run's identity (16 hex digits; "" before run ids)
     json::value model;                 //!< the model's configuration (a loader compares it)
     json::value optimizer;             //!< kind, hyper-parameters, step count; its state is in ranges
     json::value rng;                   //!< RNG states and the data sampler's position
@@ -172,9 +174,11 @@ struct manifest {
     {
         json::array files;
         for (const auto& s : shards) files.push_back(shard_json(s));
-        return json::object{{"tpipe_checkpoint", true}, {"format", format},       {"step", step},
-                            {"model", model},           {"optimizer", optimizer}, {"rng", rng},
-                            {"elastic", elastic},       {"shape", shape},         {"shards", std::move(files)}};
+        json::object out{{"tpipe_checkpoint", true}, {"format", format},       {"step", step},
+                         {"model", model},           {"optimizer", optimizer}, {"rng", rng},
+                         {"elastic", elastic},       {"shape", shape},         {"shards", std::move(files)}};
+        if (!run.empty()) out["run"] = run;
+        return out;
     }
 
     //! The text of manifest.json: to_json() in format 3, its CRC-32C first.
@@ -218,6 +222,7 @@ struct manifest {
             m.format = static_cast<int>(f.as_number());
             const checksum_kind kind = m.format == 1 ? checksum_kind::fnv1a64 : checksum_kind::crc32c;
             m.step = field::integer(v, "", "step");
+            if (v.contains("run")) m.run = run_id(field::text(v, "", "run"), "run");
             m.model = field::member(v, "", "model");
             m.optimizer = field::member(v, "", "optimizer");
             m.rng = field::member(v, "", "rng");

@@ -26,12 +26,19 @@ public:
     //! file if it is missing, of another size (truncated) or fails its checksum.
     shard_reader(const std::string& dir, const shard_entry& e) : path_(dir + "/" + e.file), entry_(e)
     {
-        fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+        // O_NONBLOCK: a FIFO (or a link to one) must be refused below, not block open() forever.
+        fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         if (fd_ < 0)
             throw corrupt_checkpoint("checkpoint shard \"" + path_ + "\" is missing or unreadable (" +
                                      detail::errno_text() + "); the manifest lists it with " +
                                      std::to_string(e.bytes) + " bytes");
         struct stat st {};
+        if (::fstat(fd_, &st) == 0 && !S_ISREG(st.st_mode)) {
+            ::close(fd_);
+            throw corrupt_checkpoint("checkpoint shard \"" + path_ + "\" is " + kind(st.st_mode) +
+                                     ", not a regular file; a checkpoint's shards are files of the sizes its "
+                                     "manifest records");
+        }
         if (::fstat(fd_, &st) != 0 || st.st_size != e.bytes) {
             const auto size = static_cast<long long>(st.st_size);
             ::close(fd_);
@@ -84,6 +91,16 @@ public:
     }
 
 private:
+    static const char* kind(mode_t m)
+    {
+        if (S_ISDIR(m)) return "a directory";
+        if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+        if (S_ISCHR(m)) return "a character device";
+        if (S_ISBLK(m)) return "a block device";
+        if (S_ISSOCK(m)) return "a socket";
+        return "not a regular file";
+    }
+
     std::string path_;
     shard_entry entry_;
     int fd_ = -1;

@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "tpipe/state/checksum.hpp"
 #include "tpipe/state/dtype.hpp"
 #include "tpipe/state/durable_file.hpp"
+#include "tpipe/state/errors.hpp"
 #include "tpipe/state/manifest.hpp"
 #include "tpipe/state/named_range.hpp"
 
@@ -46,8 +49,19 @@ public:
         ranges_.push_back(std::move(r));
     }
 
-    //! Reserves room for `bytes` in all, so that adding copies each byte once.
-    void reserve(std::size_t bytes) { bytes_.reserve(bytes); }
+    //! Reserves room for `bytes` in all, so that adding copies each byte once. Throws write_error
+    //! naming the shard and the size when host memory cannot hold the snapshot.
+    void reserve(std::size_t bytes)
+    {
+        try {
+            bytes_.reserve(bytes);
+        } catch (const std::bad_alloc&) {
+            throw write_error("checkpoint shard " + file_ + ": cannot allocate " + std::to_string(bytes >> 20) +
+                              " MiB of host memory for its snapshot (out of memory, or a ulimit -v limit)");
+        } catch (const std::length_error&) {
+            throw write_error("checkpoint shard " + file_ + ": " + std::to_string(bytes) + " bytes is too large a snapshot");
+        }
+    }
 
     const std::string& file() const { return file_; }
     std::size_t bytes() const { return bytes_.size(); }
