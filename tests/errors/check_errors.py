@@ -2,10 +2,12 @@
 """Checks docs/errors.md against the programs: every row's command, run from the repository root,
 must fail (exit status != 0) and print the row's message as the first line of its stderr.
 
-    check_errors.py REPO_ROOT TPIPE_PLAN TRAIN_GPT
+    check_errors.py REPO_ROOT TPIPE_PLAN TRAIN_GPT [MPIEXEC "MPIEXEC_FLAGS"]
 
-A `...` in a message stands for text that depends on the machine (its memory size). Exit status 0
-when every row matches, 1 naming each row that does not.
+A `...` in a message stands for text that depends on the machine (its memory size). A row whose
+command starts with `mpirun` (processes that disagree) runs under MPIEXEC with MPIEXEC_FLAGS,
+every `train_gpt` in it being the given one; without MPIEXEC those rows are skipped, said so.
+Exit status 0 when every row matches, 1 naming each row that does not.
 """
 import json
 import re
@@ -102,6 +104,7 @@ def check_environment_rows(root, plan, gpt):
 
 def main():
     root, plan, gpt = sys.argv[1:4]
+    mpiexec = sys.argv[4:6] if len(sys.argv) > 4 else None
     programs = {"tpipe-plan": plan, "train_gpt": gpt}
     with open(f"{root}/docs/errors.md", encoding="utf-8") as f:
         table = list(rows(f.read()))
@@ -111,11 +114,17 @@ def main():
     bad = 0
     for cls, cmd, msg in table:
         argv = shlex.split(cmd)
-        if argv[0] not in programs:
+        if argv[0] == "mpirun":
+            if not mpiexec:
+                print(f"skipped [{cls}] {cmd}: no mpiexec given")
+                continue
+            argv = [mpiexec[0]] + shlex.split(mpiexec[1]) + [gpt if a == "train_gpt" else a for a in argv[1:]]
+        elif argv[0] not in programs:
             print(f"FAIL [{cls}] {cmd}: the command must start with tpipe-plan or train_gpt")
             bad += 1
             continue
-        argv[0] = programs[argv[0]]
+        else:
+            argv[0] = programs[argv[0]]
         try:
             run = subprocess.run(argv, cwd=root, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:

@@ -183,6 +183,8 @@ public:
                 return true;
             },
             [&] {
+                // A process may have stopped: a transport that cannot end cleanly then hears it.
+                if constexpr (requires { x_->stalled(); }) x_->stalled();
                 set_error(std::make_exception_ptr(
                               watchdog_error(detail::stuck_report(prog_, progress_.get(), where_.device,
                                                                   std::chrono::duration<double>(opts_.watchdog).count(),

@@ -15,6 +15,9 @@
 // - While it lives, an exception that leaves main (std::terminate) prints its message and ends
 //   the process with status 1 (mpirun then ends the job), instead of std::abort, which Open
 //   MPI's signal handler turns into a backtrace that hides the message.
+// - On destruction after a communicator's watchdog gave up on a silent member
+//   (tpipe/mpi/stall_watch.hpp), it ends the job with MPI_Abort instead of MPI_Finalize, which
+//   would wait for that member.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
@@ -31,6 +34,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -82,7 +86,15 @@ public:
     {
         std::set_terminate(previous_terminate_);
         progress_.reset();
-        if (owns_) MPI_Finalize();
+        if (!owns_) return;
+        // A communicator's watchdog gave up on a member (a stopped process): MPI_Finalize would
+        // wait for it.
+        if (detail::member_stalled().load(std::memory_order_relaxed)) {
+            std::fflush(stdout);
+            std::fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        MPI_Finalize();
     }
 
     //! The thread level MPI provides (MPI_THREAD_MULTIPLE).

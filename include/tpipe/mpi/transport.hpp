@@ -14,6 +14,7 @@
 // fail() tells every other process that this one's iteration failed; failure() polls for that.
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -117,6 +119,10 @@ public:
                 notices_.push_back(r);
         }
     }
+
+    //! The runner's watchdog fired: a process may be stopped (SIGSTOP, a hung node), so the job
+    //! ends with MPI_Abort when tpipe::mpi::environment goes (MPI_Finalize would wait for it).
+    void stalled() noexcept { detail::member_stalled().store(true, std::memory_order_relaxed); }
 
     //! A failure notice from another process, if one has arrived.
     std::optional<std::string> failure()
