@@ -238,6 +238,9 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
                                   .add("resumed checkpoint (manifest)", tpipe_examples::checkpoint_identity(c.ckpt.resume))
                                   .text(),
                               "");
+        // The stop agreement's collective, every step, is bounded like the driver's own (after the
+        // measurement above, which takes process 0 longer than the others wait).
+        world->set_watchdog(o.watchdog);
         static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
         after_run(res, trained->params(), trained->optimizer());
         res.weights = trained->params().value;

@@ -25,7 +25,11 @@ work=$(mktemp -d)
 victim=
 cleanup() {  # a stopped process must not outlive the test
   [ -n "$victim" ] && { kill -CONT "$victim"; kill -9 "$victim"; } 2> /dev/null
-  [ -n "${pid:-}" ] && kill -9 "$pid" 2> /dev/null
+  if [ -n "${pid:-}" ]; then  # timeout -> mpiexec -> rank processes, leaves first
+    local mp; mp=$(pgrep -P "$pid" | head -1)
+    [ -n "$mp" ] && { pkill -9 -P "$mp"; kill -9 "$mp"; } 2> /dev/null
+    kill -9 "$pid" 2> /dev/null
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -69,7 +73,7 @@ for attempt in $(seq 1 40); do
       sleep 0.1
     done
     { wait $pid; } 2> /dev/null
-    rc=$?
+    rc=$? pid=
     took="$(( $(now_ms) - t0 )) ms"
     kill -CONT "$victim" 2> /dev/null; kill -9 "$victim" 2> /dev/null; victim=
     if [ $rc -eq 0 ] && grep -q '"summary":true' "$log"; then  # stopped after its last collective
@@ -86,7 +90,7 @@ for attempt in $(seq 1 40); do
     continue
   fi
   { wait $pid; } 2> /dev/null
-  rc=$?
+  rc=$? pid=
   [ $rc -eq 0 ] || { cat "$log"; fail "run $attempt (not stopped) exited $rc"; }
   if grep -q '"summary":true' "$log"; then
     got=$(weights "$log")

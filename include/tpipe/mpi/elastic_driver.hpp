@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -97,11 +98,13 @@ public:
         tear_down();
         cache_.reset();
         if (!shared_dir_.empty()) {
-            bool together = true;
+            // A stalled job (a watchdog gave up on a process) ends: no barrier to wait out again,
+            // and the others may still read the entries.
+            bool together = !detail::member_stalled().load(std::memory_order_relaxed);
             try {
-                sync_wait(barrier(world_));  // every process is done with the shared entries
+                if (together) sync_wait(barrier(world_));  // every process is done with the shared entries
             } catch (const std::exception&) {
-                together = false;  // a stalled job (the watchdog gave up): it ends; others may still read
+                together = false;
             }
             std::error_code ec;
             if (me_ == 0 && together) std::filesystem::remove_all(shared_dir_, ec);
