@@ -8,10 +8,14 @@ if(TPIPE_BUILD_EXAMPLES)  # the cli target reads tpipe-plan's options (tools/tpi
   add_test(NAME fuzz_corpus COMMAND tpipe_tests_fuzz_corpus)
   set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300)
 
-  # docs/errors.md: every listed command prints its listed message.
+  # docs/errors.md: every listed command prints its listed message (the mpirun rows under MPI).
+  set(errors_mpi_args)
+  if(TPIPE_ENABLE_MPI)
+    set(errors_mpi_args ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+  endif()
   add_test(NAME errors_table
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/errors/check_errors.py ${PROJECT_SOURCE_DIR}
-                   $<TARGET_FILE:tpipe-plan> $<TARGET_FILE:train_gpt>)
+                   $<TARGET_FILE:tpipe-plan> $<TARGET_FILE:train_gpt> ${errors_mpi_args})
   set_tests_properties(errors_table PROPERTIES TIMEOUT 600)
 endif()
 

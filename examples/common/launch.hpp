@@ -5,6 +5,7 @@
 // - content_digest / executable_digest: fields of the launch fingerprint (tpipe/exec/fingerprint.hpp)
 //   that every process of an MPI job agrees on before the first step, so that a stale binary on
 //   one node or a different data file is named instead of training a wrong model;
+// - checkpoint_identity: what a --resume read, for the processes of an MPI job to agree on;
 // - stop_request: SIGINT/SIGTERM, or a standard output whose reader went away, stop training at
 //   a step boundary.
 // - prepare_process: signals a trainer handles itself, and a stack limit its threads cannot run on.
@@ -16,7 +17,10 @@
 #include <string>
 #include <string_view>
 
+#include <tpipe/core/file.hpp>
 #include <tpipe/exec/world.hpp>
+#include <tpipe/state/checkpoint_directory.hpp>
+#include <tpipe/state/manifest.hpp>
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -35,6 +39,17 @@ inline std::string content_digest(std::string_view bytes)
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
     return buf;
+}
+
+//! The checkpoint a --resume `path` reads (the newest committed one of a run directory, or
+//! `path`): its manifest's digest (the manifest holds the step, data streams and every shard's
+//! checksum) and its directory. Processes of one job that resumed from different checkpoints
+//! (other working directories, a save that landed between their starts) differ here.
+inline std::string checkpoint_identity(const std::string& path)
+{
+    const std::string dir = tpipe::state::checkpoint_directory::resolve(path);
+    const std::string manifest = tpipe::read_file(dir + "/" + tpipe::state::manifest_file, "checkpoint manifest");
+    return content_digest(manifest) + " (" + dir + ")";
 }
 
 //! The digest of this program's own executable (the binary and the tpipe headers compiled into it).

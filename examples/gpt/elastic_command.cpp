@@ -25,6 +25,8 @@
 #ifdef TPIPE_GPT_MPI
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/async/sync_wait.hpp>
+#include <tpipe/exec/fingerprint.hpp>
+#include <tpipe/mpi/agree.hpp>
 #include <tpipe/mpi/elastic_driver.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
@@ -239,6 +241,16 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         if (speaks && c.json) print_planner_model(c.cfg, data, o);
         saver.emplace(c.ckpt, c.cfg, o.opt, o.seed, o.measured, driver.process() == 0, saved ? saved->run : "");
         const auto from = resume(trained->params(), trained->optimizer());
+        if (from)  // the launch agreed on the flags; the processes must also have read the same checkpoint
+            tpipe::mpi::agree(MPI_COMM_WORLD,
+                              tpipe::fingerprint()
+                                  .add("resumed step", from->steps_done)
+                                  .add("resumed checkpoint (manifest)", tpipe_examples::checkpoint_identity(c.ckpt.resume))
+                                  .text(),
+                              "");
+        // The stop agreement's collective, every step, is bounded like the driver's own (after the
+        // measurement above, which takes process 0 longer than the others wait).
+        world->set_watchdog(o.watchdog);
         static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
         after_run(res, trained->params(), trained->optimizer());
         res.weights = trained->params().value;

@@ -1,6 +1,7 @@
 #include "train_flags.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -71,7 +72,8 @@ const char* usage_text =
     "  --data FILE       training text, bytes are tokens (default: the bundled tiny corpus)\n"
     "  --trace FILE      write a Perfetto/Chrome trace of the last step\n"
     "  --watchdog S      stop a step that makes no progress for S seconds (a peer process stopped, a stage stuck),\n"
-    "                    naming what every rank waits for (default 60; 0: never)\n"
+    "                    naming what every rank waits for (default 60; 0: never); under MPI it also bounds\n"
+    "                    the collectives after the pipeline's run and --elastic's, and names a silent process\n"
     "  --json            one JSON line per step (step, loss, tokens_per_s, ...) and a summary line\n"
     "  --check           also train the non-pipelined model: step 1's loss and gradients must match within\n"
     "                    1e-5, the loss curve and final weights within --check-tol (exit status 3 if not)\n"
@@ -164,6 +166,7 @@ options parse(int argc, char** argv)
     o.data = r.text("--data", o.data);
     o.trace = r.text("--trace", o.trace);
     o.watchdog = r.number("--watchdog", o.watchdog, 0, 86400);
+    o.el.opts.watchdog = std::chrono::seconds(o.watchdog);  // --elastic: its pipelines and, under MPI, collectives
     o.json = r.flag("--json");
     o.check = r.flag("--check");
     o.check_tol = r.positive("--check-tol", o.check_tol);
@@ -220,7 +223,7 @@ options parse(int argc, char** argv)
     if (r.given("--trace") && o.trace.empty()) throw usage_error("--trace needs a file name, got an empty one");
     if (r.given("--threads")) tpipe_examples::check_threads(o.threads, 1);
     // The elastic driver plans its own pipelines: nothing given may be ignored silently.
-    r.applies_only({"--schedule", "--stages", "--dp", "--trace", "--virtual", "--watchdog"}, !o.elastic,
+    r.applies_only({"--schedule", "--stages", "--dp", "--trace", "--virtual"}, !o.elastic,
                    "does not apply with --elastic (it plans its pipelines itself: --devices sets how many devices "
                    "they use)");
     if (o.elastic && r.given("--epochs") && r.given("--steps"))

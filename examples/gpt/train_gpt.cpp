@@ -169,6 +169,20 @@ int train_on_cuda(const options& o, const std::string& text)
     return f;
 }
 
+//! Where training starts, after a --resume: the step, the checkpoint it was read from (its
+//! manifest's digest: the manifest holds every shard's checksum) and every replica's data
+//! stream (the sampler's position). Processes of one MPI job must agree on it.
+[[maybe_unused]] tpipe::fingerprint position_fingerprint(const options& o, int first_step, const std::vector<std::uint64_t>& streams)
+{
+    tpipe::fingerprint f;
+    f.add("first step", first_step);
+    if (!o.ckpt.resume.empty()) f.add("resumed checkpoint (manifest)", tpipe_examples::checkpoint_identity(o.ckpt.resume));
+    std::string position;
+    for (std::uint64_t s : streams) position += (position.empty() ? "" : ",") + std::to_string(s);
+    f.add("data streams (sampler position)", position);
+    return f;
+}
+
 //! The units of a step and their planned iteration time.
 struct unit_plan {
     tpipe::scheme units;
@@ -492,6 +506,11 @@ int train(const options& o)
     for (int d = 0; d < D; ++d) streams.push_back(replica::data_seed(o, d));
     std::string run;  // the run continued ("": a new one)
     const int first_step = o.ckpt.resume.empty() ? 1 : resume(o, text, reps, streams, speaks, run);
+#ifdef TPIPE_GPT_MPI
+    // The launch fingerprint agreed on the flags, not on what they found: processes resumed from
+    // other checkpoints (another working directory, a newer save) would train on apart.
+    if (mpi) tpipe::mpi::agree(MPI_COMM_WORLD, position_fingerprint(o, first_step, streams).text(), "");
+#endif
     std::unique_ptr<gpt::checkpointer> saver;
     std::vector<gpt::stage_states<float>*> states_here(static_cast<std::size_t>(D), nullptr);  // by replica
     for (auto& r : reps) states_here[static_cast<std::size_t>(r->index)] = r->state.get();

@@ -2,10 +2,13 @@
 """Checks docs/errors.md against the programs: every row's command, run from the repository root,
 must fail (exit status != 0) and print the row's message as the first line of its stderr.
 
-    check_errors.py REPO_ROOT TPIPE_PLAN TRAIN_GPT
+    check_errors.py REPO_ROOT TPIPE_PLAN TRAIN_GPT [MPIEXEC "MPIEXEC_FLAGS"]
 
-A `...` in a message stands for text that depends on the machine (its memory size). Exit status 0
-when every row matches, 1 naming each row that does not.
+A `...` in a message stands for text that depends on the machine (its memory size). A row whose
+command starts with `mpirun` (processes that disagree) runs under MPIEXEC with MPIEXEC_FLAGS,
+every `train_gpt` in it being the given one, and any line of stderr may be the message (every
+process prints it; mpiexec may interleave their output); without MPIEXEC those rows are skipped.
+Exit status 0 when every row matches, 1 naming each row that does not.
 """
 import json
 import re
@@ -137,29 +140,39 @@ def check_environment_rows(root, plan, gpt):
 
 def main():
     root, plan, gpt = sys.argv[1:4]
+    mpiexec = sys.argv[4:6] if len(sys.argv) > 4 else None
     programs = {"tpipe-plan": plan, "train_gpt": gpt}
     with open(f"{root}/docs/errors.md", encoding="utf-8") as f:
         table = list(rows(f.read()))
     if len(table) < 10:
         print(f"docs/errors.md: found only {len(table)} table rows; the table format changed?")
         return 1
-    bad = 0
+    bad = skipped = 0
     for cls, cmd, msg in table:
         argv = shlex.split(cmd)
-        if argv[0] not in programs:
+        if argv[0] == "mpirun":
+            if not mpiexec:
+                print(f"skipped [{cls}] {cmd}: no mpiexec given")
+                skipped += 1
+                continue
+            argv = [mpiexec[0]] + shlex.split(mpiexec[1]) + [gpt if a == "train_gpt" else a for a in argv[1:]]
+        elif argv[0] not in programs:
             print(f"FAIL [{cls}] {cmd}: the command must start with tpipe-plan or train_gpt")
             bad += 1
             continue
-        argv[0] = programs[argv[0]]
+        else:
+            argv[0] = programs[argv[0]]
         try:
             run = subprocess.run(argv, cwd=root, capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             print(f"FAIL [{cls}] {cmd}: still running after 120 s (a refusal must be immediate)")
             bad += 1
             continue
-        first = run.stderr.decode("utf-8", "replace").splitlines()[:1]
-        got = first[0] if first else ""
+        lines = run.stderr.decode("utf-8", "replace").splitlines()
+        got = lines[0] if lines else ""
         pattern = ".*".join(re.escape(part) for part in msg.split("..."))
+        if argv[0] != programs["train_gpt"] and argv[0] != plan:  # mpirun: every process prints it, and
+            got = next((l for l in lines if re.fullmatch(pattern, l)), got)  # their lines may interleave
         if run.returncode == 0 or run.returncode < 0 or not re.fullmatch(pattern, got):
             print(f"FAIL [{cls}] {cmd}\n  exit status {run.returncode}\n  expected: {msg}\n  got:      {got}")
             bad += 1
@@ -173,7 +186,8 @@ def main():
         bad += 1
     bad += check_doc_models(root, plan)
     bad += check_environment_rows(root, plan, gpt)
-    print(f"docs/errors.md: {len(table) - bad} of {len(table)} refusals print the documented message")
+    print(f"docs/errors.md: {len(table) - skipped - bad} of {len(table) - skipped} refusals print the documented message"
+          + (f" ({skipped} skipped)" if skipped else ""))
     return 1 if bad else 0
 
 

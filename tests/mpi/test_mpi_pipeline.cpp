@@ -226,6 +226,38 @@ TEST_CASE("processes that build different programs are refused before the first 
                                       message.find("on process " + std::to_string(n - 1)) != std::string::npos));
 }
 
+TEST_CASE("processes whose units differ in rows or tokens but not in count are refused, naming both", "[mpi][failure]")
+{
+    const int n = world_size();
+    const bool last = world_rank() == n - 1;
+    using mb = tpipe::scheme::microbatch;
+    // Token cuts 32,96 against 96,32 (the same count), and 2-row microbatches against 3-row ones
+    // (another batch, the same count).
+    const std::vector<std::pair<tpipe::scheme, std::string>> variants{
+        {tpipe::scheme({mb{0, 4, last ? std::vector<std::int64_t>{0, 96, 128} : std::vector<std::int64_t>{0, 32, 128}}}),
+         last ? "[0,4)x[0,96)" : "[0,4)x[0,32)"},
+        {tpipe::scheme({mb{0, last ? 3 : 2, {0, 64}}, mb{last ? 3 : 2, last ? 6 : 4, {0, 64}}}), last ? "[0,3)x[0,64)" : "[0,2)x[0,64)"},
+    };
+    for (const auto& [units, mine] : variants) {
+        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+        const auto prog = tpipe::make_schedule("terapipe-gpipe").program(tpipe::topology{n}, units);
+        auto pipe = synth::make_uniform<true>(n);
+        tpipe::cpu_engine eng(1);
+        std::string message;
+        try {
+            tpipe::runner r(pipe, prog, eng, x);
+        } catch (const tpipe::invalid_argument& e) {
+            message = e.what();
+        }
+        CAPTURE(message);
+        const std::string other = last ? (mine == "[0,4)x[0,96)" ? "[0,4)x[0,32)" : "[0,2)x[0,64)")
+                                       : (mine == "[0,4)x[0,32)" ? "[0,4)x[0,96)" : "[0,3)x[0,64)");
+        REQUIRE(tpipe_test::every_process(message.find("launched with different configurations: unit rows x tokens is") != std::string::npos &&
+                                          message.find(mine) != std::string::npos && message.find(other) != std::string::npos &&
+                                          message.find("on process " + std::to_string(n - 1)) != std::string::npos));
+    }
+}
+
 TEST_CASE("processes launched with different flags are refused on every process, naming the field and the processes",
           "[mpi][failure]")
 {

@@ -29,5 +29,12 @@ if(TPIPE_BUILD_EXAMPLES)
     add_test(NAME state_crash_mpi
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/crash_resume.sh $<TARGET_FILE:train_gpt> mpi ${state_mpi_args})
     set_tests_properties(state_crash_mpi PROPERTIES TIMEOUT 600 PROCESSORS 2)
+    # SIGSTOPed at random moments: the watchdog names the silent process and ends the job within
+    # its bound; restarted until done, the uninterrupted run's weights (classic and --elastic).
+    foreach(kind classic elastic)
+      add_test(NAME state_stall_${kind}_mpi
+               COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/state/stall_resume.sh $<TARGET_FILE:train_gpt> ${state_mpi_args} ${kind})
+      set_tests_properties(state_stall_${kind}_mpi PROPERTIES TIMEOUT 600 PROCESSORS 2)
+    endforeach()
   endif()
 endif()

@@ -8,6 +8,7 @@
 //   of D replicas its batch / D share (epoch_sampler). The paper keeps the per-pipeline batch
 //   and so grows the global batch with D, which changes the optimisation.
 // - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -50,6 +51,10 @@ struct driver_options {
     std::uint64_t seed = 1;        //!< sample order (models may use it for their weights too)
     unit_seconds measured{};       //!< the planner's unit times (the driver refuses to plan without them)
     std::optional<token_slicing> slicing{};  //!< TeraPipe slices (none: microbatches of whole sequences)
+    //! A step that makes no progress for this long fails (run_options::watchdog of every
+    //! pipeline; under MPI also the bound of every collective, tpipe::mpi::communicator::
+    //! set_watchdog, so that a stopped process is named and the job ends). 0: no watchdog.
+    std::chrono::milliseconds watchdog{std::chrono::seconds(60)};
     //! Tests: the frozen unit count of interval i given the previous one (replaces the policy).
     std::function<int(int interval, int frozen)> freeze{};
     //! Asked before every step with the number of steps done; true ends the run at that step

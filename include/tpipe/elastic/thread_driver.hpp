@@ -117,6 +117,7 @@ public:
             slot& r = *reps_[static_cast<std::size_t>(d)];
             auto& pipe = r.model->build(stage_request{shape_.stage_cuts, shape_.frozen, per_stage, {}});
             run_options opts;
+            opts.watchdog = o_.watchdog;
             for (int k = 0; k < K; ++k) opts.device_of_rank.push_back(d * K + k);
             if (D > 1) {
                 for (auto& g : groups_) r.members.push_back(g->member(d));

@@ -183,13 +183,14 @@ public:
                 return true;
             },
             [&] {
-                set_error(std::make_exception_ptr(
-                              watchdog_error(detail::stuck_report(prog_, progress_.get(), where_.device,
-                                                                  std::chrono::duration<double>(opts_.watchdog).count(),
-                                                                  [&](int r) { return x_->where(r); },
-                                                                  [&](int r) { return tpipe::engine_waits(eng_, where_.device[r]); },
-                                                                  opts_.after_backward.what))),
-                          true);
+                std::string report = detail::stuck_report(prog_, progress_.get(), where_.device,
+                                                          std::chrono::duration<double>(opts_.watchdog).count(),
+                                                          [&](int r) { return x_->where(r); },
+                                                          [&](int r) { return tpipe::engine_waits(eng_, where_.device[r]); },
+                                                          opts_.after_backward.what);
+                // A process may have stopped: a transport that cannot end cleanly then hears it.
+                if constexpr (requires { x_->stalled(report); }) x_->stalled(report);
+                set_error(std::make_exception_ptr(watchdog_error(std::move(report))), true);
                 return true;
             },
             [&] {  // a stage function that does not return: say so now, and tell the other processes

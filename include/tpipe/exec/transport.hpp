@@ -27,6 +27,10 @@
 // - fail(message): this process's iteration failed (a stage threw, the watchdog fired); the
 //   transport tells the other processes, whose runners poll failure() while they wait and stop
 //   with an error naming where it happened instead of waiting for the watchdog.
+// - stalled(report) (optional): the runner's watchdog fired (`report` is its watchdog_error's
+//   text), so another process may be stopped and will never finish the job with this one
+//   (tpipe::mpi::transport writes the report to stderr, and the environment then ends the job
+//   with MPI_Abort instead of waiting for it in MPI_Finalize).
 #include <concepts>
 #include <memory>
 #include <optional>

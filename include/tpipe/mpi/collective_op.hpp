@@ -9,7 +9,10 @@
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -19,9 +22,11 @@
 #include "tpipe/comm/reduction_order.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"
+#include "tpipe/exec/errors.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -58,6 +63,9 @@ struct comm_state {
     collective_traffic traffic{};
     collective_op* head = nullptr;   //!< collectives in await order; the head runs
     collective_op* tail = nullptr;
+    std::uint64_t collectives = 0;   //!< collectives started so far (numbers them in the watchdog's report)
+    std::unique_ptr<stall_watch> watch;  //!< communicator::set_watchdog; null: none
+
 };
 
 //! One collective as a small state machine of nonblocking MPI phases, polled from the loop.
@@ -161,7 +169,12 @@ private:
             return finish(std::make_exception_ptr(operation_cancelled()));
         }
         if (s_->head != this) return false;
-        started_ = true;
+        if (!started_) {
+            started_ = true;
+            seq_ = ++s_->collectives;
+            moved_at_ = watch_clock::now();
+            moved_ = s_->traffic.received;
+        }
         bool finished = false;
         const int rc = drive(finished);
         detail::note_tested();
@@ -169,7 +182,31 @@ private:
             s_->broken = true;
             return finish(error_of(rc));
         }
-        return finished ? finish(nullptr) : false;
+        if (finished) return finish(nullptr);
+        return s_->watch ? watched() : false;
+    }
+
+    //! With a watchdog: true once the collective has made no progress for its bound (it then
+    //! fails with tpipe::watchdog_error, also written to stderr: the job is expected to end with
+    //! MPI_Abort, which may come before anyone prints the exception).
+    bool watched() noexcept
+    {
+        if (s_->traffic.received != moved_) {  // the ring moved a piece: progress
+            moved_ = s_->traffic.received;
+            moved_at_ = watch_clock::now();
+        }
+        try {
+            const std::string report = s_->watch->poll(name(), seq_, moved_at_);
+            if (report.empty()) return false;
+            s_->broken = true;
+            member_stalled().store(true, std::memory_order_relaxed);
+            std::fprintf(stderr, "%s\n", report.c_str());
+            std::fflush(stderr);
+            return finish(std::make_exception_ptr(watchdog_error(report)));
+        } catch (...) {
+            s_->broken = true;
+            return finish(std::current_exception());
+        }
     }
 
     std::exception_ptr error_of(int rc) const noexcept
@@ -183,6 +220,9 @@ private:
 
     collective_op* next_ = nullptr;
     bool started_ = false;
+    std::uint64_t seq_ = 0;                //!< its number among the communicator's collectives
+    std::uint64_t moved_ = 0;              //!< traffic received when it last moved
+    watch_clock::time_point moved_at_{};
     std::exception_ptr error_{};
 };
 

@@ -35,11 +35,18 @@
 //   MPI_Cancel'ed (see request_wait). A collective in progress cannot be cancelled in MPI: the
 //   member stops waiting and the communicator becomes unusable (reset() then throws); the job is
 //   expected to end (MPI_Abort). Cancellation is local: it does not tell the other members.
+// - set_watchdog(bound): a collective that makes no progress for `bound` (a member stopped or
+//   hung) fails with tpipe::watchdog_error naming the silent members and what the others wait in
+//   (tpipe/mpi/stall_watch.hpp); the communicator is then unusable and tpipe::mpi::environment
+//   ends the job with MPI_Abort. Progress: the ring's pieces moving; the rank-order fold and
+//   native collectives count from their start, so the bound must exceed the longest of them.
+//   Communicators split or duplicated from this one inherit it.
 // - One communicator is awaited from one loop at a time (use split or duplicate() per loop).
 #include <mpi.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <coroutine>
 #include <cstddef>
@@ -69,6 +76,7 @@
 #include "tpipe/mpi/rank_order_all_reduce.hpp"
 #include "tpipe/mpi/request.hpp"
 #include "tpipe/mpi/ring_all_reduce.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -319,11 +327,33 @@ public:
         communicator out(c, adopt{});
         out.s_->order = s_->order;
         out.s_->chunk_bytes = s_->chunk_bytes;
+        out.inherit(*s_);
         return out;
     }
 
     //! Another handle on the same members (MPI_Comm_dup, blocking collective), e.g. one per loop.
-    communicator duplicate() const { return communicator(s_->comm); }
+    communicator duplicate() const
+    {
+        communicator out(s_->comm);
+        out.inherit(*s_);
+        return out;
+    }
+
+    //! Bounds every collective of this communicator (and of those split or duplicated from it
+    //! later): one that makes no progress for `bound` fails with tpipe::watchdog_error, also
+    //! written to stderr, naming the members that are silent (by `name_of(process)`, process being
+    //! the rank in MPI_COMM_WORLD; default "process N") and what the others wait in. 0: none.
+    //! Collective (MPI_Comm_dup): every member calls it, with the same bound.
+    void set_watchdog(std::chrono::milliseconds bound, detail::process_namer name_of = {})
+    {
+        if (bound.count() < 0)
+            throw invalid_argument("tpipe::mpi::communicator::set_watchdog: the bound " + std::to_string(bound.count()) +
+                                   " ms is negative; give a positive bound, or 0 for none");
+        s_->watch.reset();
+        if (bound.count() > 0) s_->watch = std::make_unique<detail::stall_watch>(s_->comm, bound, std::move(name_of));
+    }
+    //! The watchdog's bound (0: none).
+    std::chrono::milliseconds watchdog() const noexcept { return s_->watch ? s_->watch->bound() : std::chrono::milliseconds(0); }
 
     //! Cancels this member (any thread).
     void cancel() noexcept { canceller{s_.get()}(); }
@@ -357,6 +387,12 @@ private:
     {
         s_->comm = owned;
         init();
+    }
+
+    //! The watchdog of the communicator this one was split or duplicated from.
+    void inherit(const detail::comm_state& from)
+    {
+        if (from.watch) set_watchdog(from.watch->bound(), from.watch->namer());
     }
 
     void init()

@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -67,6 +68,13 @@ public:
           sampler_({.samples = samples, .batch = o_.batch, .seed = o_.seed}), world_(std::move(world))
     {
         me_ = world_.rank();
+        // Every collective of the driver (and of the communicators split from world_) is bounded
+        // by the watchdog, as its pipelines are: a stopped process is named, and the job ends.
+        world_.set_watchdog(o_.watchdog, [this](int p) {
+            const int K = shape_.stages, n = K * shape_.replicas;
+            return "process " + std::to_string(p) +
+                   (p < n ? " (replica " + std::to_string(p / K) + ", rank " + std::to_string(p % K) + ")" : std::string(" (idle)"));
+        });
         if (o_.devices != world_.size())
             throw invalid_argument("tpipe::mpi::elastic_driver: " + std::to_string(o_.devices) + " devices, but the job has " +
                                    std::to_string(world_.size()) + " processes; launch mpirun -np " +
@@ -90,9 +98,16 @@ public:
         tear_down();
         cache_.reset();
         if (!shared_dir_.empty()) {
-            sync_wait(barrier(world_));  // every process is done with the shared entries
+            // A stalled job (a watchdog gave up on a process) ends: no barrier to wait out again,
+            // and the others may still read the entries.
+            bool together = !detail::member_stalled().load(std::memory_order_relaxed);
+            try {
+                if (together) sync_wait(barrier(world_));  // every process is done with the shared entries
+            } catch (const std::exception&) {
+                together = false;
+            }
             std::error_code ec;
-            if (me_ == 0) std::filesystem::remove_all(shared_dir_, ec);
+            if (me_ == 0 && together) std::filesystem::remove_all(shared_dir_, ec);
         }
     }
     elastic_driver(const elastic_driver&) = delete;
@@ -143,6 +158,7 @@ public:
         auto& pipe = model_->build(elastic::stage_request{shape_.stage_cuts, shape_.frozen, threads_, here});
         const auto prog = make_schedule(elastic::schedule_for(shape_.units)).program(topology{.ranks = K}, shape_.units);
         run_options opts;
+        opts.watchdog = o_.watchdog;
         if (D > 1) {
             std::vector<communicator*> comms(static_cast<std::size_t>(K), nullptr);
             comms[static_cast<std::size_t>(rank_)] = replicas_.get();

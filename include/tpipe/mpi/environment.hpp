@@ -17,6 +17,9 @@
 //   MPI's signal handler turns into a backtrace that hides the message.
 // - An exception that leaves the environment's scope does not finalise MPI (the peers may wait
 //   for this process); the handler catching it prints it and calls end_job_on_error.
+// - On destruction after a communicator's watchdog gave up on a silent member
+//   (tpipe/mpi/stall_watch.hpp), it ends the job with MPI_Abort instead of MPI_Finalize, which
+//   would wait for that member.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
@@ -33,6 +36,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -104,7 +108,15 @@ public:
     {
         std::set_terminate(previous_terminate_);
         progress_.reset();
-        if (owns_ && std::uncaught_exceptions() <= uncaught_at_start_) MPI_Finalize();
+        if (!owns_ || std::uncaught_exceptions() > uncaught_at_start_) return;
+        // A communicator's watchdog gave up on a member (a stopped process): MPI_Finalize would
+        // wait for it.
+        if (detail::member_stalled().load(std::memory_order_relaxed)) {
+            std::fflush(stdout);
+            std::fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        MPI_Finalize();
     }
 
     //! The thread level MPI provides (MPI_THREAD_MULTIPLE).

@@ -14,6 +14,8 @@
 // fail() tells every other process that this one's iteration failed; failure() polls for that.
 #include <mpi.h>
 
+#include <atomic>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,7 @@
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
@@ -116,6 +119,16 @@ public:
                 MPI_SUCCESS)
                 notices_.push_back(r);
         }
+    }
+
+    //! The runner's watchdog fired: a process may be stopped (SIGSTOP, a hung node), so the job
+    //! ends with MPI_Abort when tpipe::mpi::environment goes (MPI_Finalize would wait for it).
+    //! The report goes to stderr now: the abort may come before anyone prints the exception.
+    void stalled(const std::string& report) noexcept
+    {
+        detail::member_stalled().store(true, std::memory_order_relaxed);
+        std::fprintf(stderr, "process %d (replica %d): %s\n", me_, replica_, report.c_str());
+        std::fflush(stderr);
     }
 
     //! A failure notice from another process, if one has arrived.

@@ -114,8 +114,29 @@ rank_plan compile_ranks(const program& prog, const std::vector<stage_binding>& b
     return plan;
 }
 
+//! Every unit's rows and tokens, in index order, after an FNV-1a hash of them (so that a
+//! disagreement's quote, cut at 80 characters, still differs): "<hash>: [0,8)x[0,32) ...".
+//! The count alone would let processes with other batches or other cuts of the same number of
+//! units exchange payloads of other shapes.
+inline std::string unit_shapes(const scheme& units)
+{
+    std::string list;
+    for (int i = 0; i < units.units(); ++i) {
+        const unit u = units.at(i);
+        list += (i ? " [" : "[") + std::to_string(u.row_begin) + "," + std::to_string(u.row_end) + ")x[" +
+                std::to_string(u.token_begin) + "," + std::to_string(u.token_end) + ")";
+    }
+    std::uint64_t h = 1469598103934665603ull;
+    for (char c : list) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out(16, '0');
+    for (int k = 15; k >= 0; --k, h >>= 4) out[static_cast<std::size_t>(k)] = hex[h & 15];
+    return out + ": " + list;
+}
+
 //! What every process must agree on before the first iteration: the program's actions, its
-//! stage placement, the stage count, ranks, units and the stages' payload types.
+//! stage placement, the stage count, ranks, units (every unit's rows and tokens) and the stages'
+//! payload types.
 inline std::string program_fingerprint(const program& prog, std::size_t stages, int units,
                                        const std::string& payload_names)
 {
@@ -129,6 +150,7 @@ inline std::string program_fingerprint(const program& prog, std::size_t stages, 
         .add("stages", stages)
         .add("ranks", prog.ranks)
         .add("units", units)
+        .add("unit rows x tokens", unit_shapes(prog.units))
         .add("stage placement", placement)
         .add("program hash", h)
         .add("payload types", payload_names)

@@ -1,0 +1,225 @@
+#pragma once
+// tpipe::mpi::detail::stall_watch: the watchdog of one communicator's collectives
+// (tpipe::mpi::communicator::set_watchdog). A collective that has made no progress for the
+// bound fails on every member that still runs, with a tpipe::watchdog_error that names the
+// members that are silent and what the others wait in.
+//
+// Why here: a member that stops (SIGSTOP, a debugger, a swapped-out node) leaves the others
+// waiting in whatever collective comes next (a gradient all-reduce, a norm's sum, a checkpoint's
+// barrier), outside any pipeline's watchdog; MPI itself never times out.
+//
+// How: a member whose collective has waited bound - grace (grace = bound / 5, at most 2 s) asks
+// every other member where it is, with a small note on a private duplicate of the communicator.
+// A member waiting in a collective of this communicator answers from its poll (which collective,
+// its number in the communicator's order, for how long). At the bound the report names each
+// member that answered and what it waits in, and each that did not as silent: stopped, or busy
+// outside this communicator's collectives for the whole grace.
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tpipe/mpi/mpi_error.hpp"
+
+namespace tpipe::mpi::detail {
+
+using watch_clock = std::chrono::steady_clock;
+
+//! Set once a watchdog gave up on a collective (a member stalled): MPI_Finalize would wait for
+//! that member, so tpipe::mpi::environment ends the job with MPI_Abort instead.
+inline std::atomic<bool>& member_stalled() noexcept
+{
+    static std::atomic<bool> flag{false};
+    return flag;
+}
+
+//! Names process `p` (its rank in MPI_COMM_WORLD) in the watchdog's report.
+using process_namer = std::function<std::string(int process)>;
+
+class stall_watch {
+public:
+    stall_watch(MPI_Comm comm, std::chrono::milliseconds bound, process_namer name_of)
+        : bound_(bound), grace_(std::min<std::chrono::milliseconds>(bound / 5, std::chrono::seconds(2))), name_of_(std::move(name_of))
+    {
+        check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup (watchdog notes)");
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(comm_, &me_);
+        MPI_Comm_size(comm_, &size_);
+        // Members by their process (world rank), for the report.
+        MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+        MPI_Comm_group(comm_, &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        std::vector<int> members(static_cast<std::size_t>(size_));
+        for (int m = 0; m < size_; ++m) members[m] = m;
+        process_.assign(static_cast<std::size_t>(size_), -1);
+        MPI_Group_translate_ranks(mine, size_, members.data(), world, process_.data());
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
+        answers_.resize(static_cast<std::size_t>(size_));
+        post();
+    }
+    stall_watch(const stall_watch&) = delete;
+    stall_watch& operator=(const stall_watch&) = delete;
+    ~stall_watch()
+    {
+        if (inbox_ != MPI_REQUEST_NULL) {
+            MPI_Cancel(&inbox_);
+            MPI_Wait(&inbox_, MPI_STATUS_IGNORE);
+        }
+        for (auto& s : sent_) {
+            int done = 0;
+            MPI_Test(&s.req, &done, MPI_STATUS_IGNORE);
+            if (!done) {  // a note to a member that does not receive: MPI may still read it
+                MPI_Request_free(&s.req);
+                (void)s.body.release();
+            }
+        }
+        MPI_Comm_free(&comm_);
+    }
+
+    std::chrono::milliseconds bound() const noexcept { return bound_; }
+    const process_namer& namer() const noexcept { return name_of_; }
+    //! Member m of the communicator, as the report names it.
+    std::string name(int m) const
+    {
+        const int p = process_[static_cast<std::size_t>(m)];
+        return name_of_ ? name_of_(p) : "process " + std::to_string(p);
+    }
+
+    //! From each poll of the collective `what` (#`seq` in this communicator's order) that last
+    //! progressed at `since`: answers the other members' questions; once it has waited
+    //! bound - grace, asks them; at the bound returns the report (else an empty string).
+    std::string poll(const char* what, std::uint64_t seq, watch_clock::time_point since)
+    {
+        const auto now = watch_clock::now();
+        if (now - looked_ >= std::chrono::milliseconds(1)) {  // the inbox at most once a millisecond
+            looked_ = now;
+            read_inbox(what, seq, now - since);
+        }
+        if (now - since < bound_ - grace_) return {};
+        if (!asking_ || survey_since_ != since) {
+            asking_ = true;
+            survey_since_ = since;
+            ++survey_;
+            std::fill(answers_.begin(), answers_.end(), note{});
+            for (int m = 0; m < size_; ++m)
+                if (m != me_) send(m, make(note_kind::ask, what, seq, now - since, survey_));
+        }
+        if (now - since < bound_) return {};
+        return report(what, seq, now - since);
+    }
+
+private:
+    enum class note_kind : std::uint32_t { none, ask, answer };
+    struct note {
+        note_kind kind = note_kind::none;
+        std::uint32_t survey = 0;  //!< the asker's survey this answers
+        std::uint64_t seq = 0;
+        std::int64_t waited_ms = 0;
+        char what[80] = {};
+    };
+    struct sent_note {
+        std::unique_ptr<note> body;
+        MPI_Request req = MPI_REQUEST_NULL;
+    };
+
+    static note make(note_kind k, const char* what, std::uint64_t seq, watch_clock::duration waited, std::uint32_t survey)
+    {
+        note n;
+        n.kind = k;
+        n.survey = survey;
+        n.seq = seq;
+        n.waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+        std::strncpy(n.what, what, sizeof n.what - 1);
+        return n;
+    }
+
+    void post() noexcept { MPI_Irecv(&in_, sizeof in_, MPI_BYTE, MPI_ANY_SOURCE, 0, comm_, &inbox_); }
+
+    void send(int m, const note& n)
+    {
+        sent_.push_back({std::make_unique<note>(n), MPI_REQUEST_NULL});
+        MPI_Isend(sent_.back().body.get(), sizeof(note), MPI_BYTE, m, 0, comm_, &sent_.back().req);
+    }
+
+    void read_inbox(const char* what, std::uint64_t seq, watch_clock::duration waited)
+    {
+        while (!sent_.empty()) {  // notes sent, oldest first
+            int done = 0;
+            MPI_Test(&sent_.front().req, &done, MPI_STATUS_IGNORE);
+            if (!done) break;
+            sent_.pop_front();
+        }
+        for (;;) {
+            int got = 0;
+            MPI_Status st{};
+            if (MPI_Test(&inbox_, &got, &st) != MPI_SUCCESS || !got) return;
+            const note n = in_;
+            const int from = st.MPI_SOURCE;
+            post();
+            if (from < 0 || from >= size_) continue;
+            if (n.kind == note_kind::ask) {
+                send(from, make(note_kind::answer, what, seq, waited, n.survey));
+                if (asking_) answers_[from] = n;  // it waits in a collective too (its number says which)
+            } else if (n.kind == note_kind::answer && asking_ && n.survey == survey_) {
+                answers_[from] = n;
+            }
+        }
+    }
+
+    static std::string seconds(std::int64_t ms)
+    {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.1f s", static_cast<double>(ms) / 1000);
+        return b;
+    }
+
+    std::string report(const char* what, std::uint64_t seq, watch_clock::duration waited) const
+    {
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+        std::string r = "watchdog: " + name(me_) + " waits in " + what + " #" + std::to_string(seq) + " and it has made no progress for " +
+                        seconds(ms) + " (the bound is " + seconds(bound_.count()) + ")";
+        std::string silent;
+        int n_silent = 0;
+        for (int m = 0; m < size_; ++m) {
+            if (m == me_) continue;
+            const note& a = answers_[static_cast<std::size_t>(m)];
+            if (a.kind == note_kind::none) {
+                silent += (n_silent++ ? ", " : "") + name(m);
+                continue;
+            }
+            r += "; " + name(m) + " waits in " + std::string(a.what, strnlen(a.what, sizeof a.what)) + " #" + std::to_string(a.seq) +
+                 " (for " + seconds(a.waited_ms) + ")";
+        }
+        if (n_silent > 0)
+            r += "; " + silent + (n_silent == 1 ? " is" : " are") + " silent: not in this collective and not answering for " +
+                 seconds(grace_.count()) + " (stopped, hung, or busy elsewhere); the job cannot go on, and ends";
+        else
+            r += "; every member waits, yet the collective does not move (MPI or the network is stuck); the job ends";
+        return r;
+    }
+
+    std::chrono::milliseconds bound_, grace_;
+    process_namer name_of_;
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int me_ = 0, size_ = 1;
+    std::vector<int> process_;
+    MPI_Request inbox_ = MPI_REQUEST_NULL;
+    note in_{};
+    std::deque<sent_note> sent_;
+    std::vector<note> answers_;
+    bool asking_ = false;
+    std::uint32_t survey_ = 0;
+    watch_clock::time_point survey_since_{}, looked_{};
+};
+
+} // namespace tpipe::mpi::detail

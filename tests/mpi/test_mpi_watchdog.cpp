@@ -1,0 +1,102 @@
+// tpipe::mpi::communicator::set_watchdog under mpiexec -np 2, 3, 4: a member that does not come
+// to a collective (here: it sleeps, as a stopped process would, polling nothing) makes every other
+// member's collective fail within the bound, naming it as silent and the others as waiting; a
+// member that comes late but within the bound does not; split and duplicate inherit the bound.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi_suite.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
+#include "tpipe/exec/errors.hpp"
+#include "tpipe/mpi/communicator.hpp"
+
+using tpipe::task;
+using tpipe::mpi::communicator;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string name_of(int process) { return "process " + std::to_string(process) + " (test)"; }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+} // namespace
+
+TEST_CASE("watchdog: a silent member fails every other member's collective within the bound, naming it", "[mpi][watchdog]")
+{
+    communicator world = communicator::world();
+    communicator c = world.duplicate();
+    const auto bound = 1000ms;  // grace 200 ms: the waiting members answer within it even on a loaded machine
+    c.set_watchdog(bound, name_of);
+    const int silent = c.size() - 1;
+    bool ok = false;
+    if (c.rank() == silent) {
+        // Past everyone's bound; then it completes the barrier the others left to MPI (an MPI_Ibarrier
+        // completes without them polling it, unlike the ring's later pieces).
+        std::this_thread::sleep_for(bound + 2000ms);
+        tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        ok = true;
+    } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string what;
+        try {
+            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        } catch (const tpipe::watchdog_error& e) {
+            what = e.what();
+        }
+        const auto took = std::chrono::steady_clock::now() - t0;
+        INFO(what);
+        ok = took >= bound && took < bound + 1000ms && contains(what, "process " + std::to_string(silent) + " (test) is silent") &&
+             contains(what, "tpipe::mpi::communicator::barrier #1");
+        for (int m = 0; m < c.size() - 1; ++m)  // every other waiting member answered, and said where it waits
+            if (m != c.rank()) ok = ok && contains(what, "process " + std::to_string(m) + " (test) waits in tpipe::mpi::communicator::barrier #1");
+        CHECK(ok);
+        // The next collective is refused: the communicator was left in MPI's hands.
+        bool refused = false;
+        try {
+            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        } catch (const tpipe::error& e) {
+            refused = contains(e.what(), "unusable");
+        }
+        ok = ok && refused;
+    }
+    // The suite goes on (the silent member finished the collective after all): the job need not end.
+    tpipe::mpi::detail::member_stalled().store(false);
+    REQUIRE(tpipe_test::every_process(ok));
+}
+
+TEST_CASE("watchdog: a member late by less than the bound is no stall; split and duplicate inherit the bound", "[mpi][watchdog]")
+{
+    communicator world = communicator::world();
+    world.set_watchdog(800ms);
+    communicator pairs = world.split(world.rank() / 2, world.rank());
+    communicator again = world.duplicate();
+    bool ok = pairs.watchdog() == 800ms && again.watchdog() == 800ms;
+    if (world.rank() == 0) std::this_thread::sleep_for(300ms);
+    std::vector<std::int64_t> v(64, world.rank());
+    try {
+        tpipe::sync_wait([](communicator& c, std::span<std::int64_t> s) -> task<void> {
+            co_await c.barrier();
+            co_await c.all_reduce_sum(s);
+        }(world, v));
+    } catch (const tpipe::error& e) {
+        INFO(e.what());
+        ok = false;
+    }
+    ok = ok && v[0] == static_cast<std::int64_t>(world.size()) * (world.size() - 1) / 2;
+    bool refused = false;
+    try {
+        world.set_watchdog(-1ms);
+    } catch (const tpipe::invalid_argument& e) {
+        refused = contains(e.what(), "-1 ms is negative");
+    }
+    world.set_watchdog(0ms);
+    ok = ok && refused && world.watchdog() == 0ms;
+    REQUIRE(tpipe_test::every_process(ok));
+}
