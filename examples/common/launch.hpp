@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include <tpipe/exec/world.hpp>
+#include <tpipe/exec/launch.hpp>
 
 #include <signal.h>
 
