@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include <tpipe/core/file.hpp>
-#include <tpipe/exec/world.hpp>
+#include <tpipe/exec/launch.hpp>
 #include <tpipe/state/checkpoint_directory.hpp>
 #include <tpipe/state/manifest.hpp>
 

@@ -23,6 +23,7 @@
 
 #ifdef TPIPE_GPT_MPI
 #include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/job.hpp>
 #include <tpipe/mpi/transport.hpp>
 #endif
 
@@ -158,18 +159,21 @@ public:
 
     mpi_job(int ranks, int replicas) : P_(ranks), D_(replicas)
     {
-        world_ = std::make_unique<tpipe::mpi::communicator>(tpipe::mpi::communicator::world());
-        where.process = world_->rank();
-        const int size = world_->size();
-        if (size != P_ * D_)
+        int size = 0;
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (size != P_ * D_)  // in the flags' words (tpipe::mpi::job would also take one process)
             throw usage_error("--transport mpi with --stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) +
                               " needs " + std::to_string(P_ * D_) + " processes, but the job has " +
                               std::to_string(size) + "; launch it with mpirun -np " + std::to_string(P_ * D_));
-        where.replica = where.process / P_;
-        where.rank = where.process % P_;
-        transport_ = std::make_unique<tpipe::mpi::transport>(tpipe::world::one_rank_per_process(P_, D_), where.replica);
-        replicas_ = std::make_unique<tpipe::mpi::communicator>(world_->split(where.rank, where.replica));
-        pipeline_comm_ = std::make_unique<tpipe::mpi::communicator>(world_->split(where.replica, where.rank));
+        job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.pipeline_ranks = P_, .replicas = D_});
+        const tpipe::coordinate me = job_->where();
+        where.process = job_->process();
+        where.replica = me.replica;
+        where.rank = me.rank;
+        transport_ = &job_->transport();
+        replicas_ = &job_->data();
+        pipeline_comm_ = &job_->pipeline();
+        world_ = &job_->all();
     }
 
     //! The largest of every process's `mine`: with a stop signal's number (0: none), every process
@@ -218,7 +222,7 @@ public:
     {
         std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
         for (int s = 0; s < prog.stages(); ++s)
-            if (prog.stage_rank[s] == where.rank) comms[s] = replicas_.get();
+            if (prog.stage_rank[s] == where.rank) comms[s] = replicas_;
         if (D_ > 1) {
             dp_ = std::make_unique<tpipe::data_parallel<tpipe::mpi::communicator>>(r.model->pipe(), comms,
                                                                                    tpipe::data_parallel_options{.shard = sharded});
@@ -316,8 +320,9 @@ private:
     }
     using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
     int P_, D_;
-    std::unique_ptr<tpipe::mpi::transport> transport_;
-    std::unique_ptr<tpipe::mpi::communicator> replicas_, pipeline_comm_, world_;
+    std::unique_ptr<tpipe::mpi::job> job_;  // the layout, the transport and every group's communicator
+    tpipe::mpi::transport* transport_ = nullptr;
+    tpipe::mpi::communicator *replicas_ = nullptr, *pipeline_comm_ = nullptr, *world_ = nullptr;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
     bool sharded_ = false;

@@ -34,6 +34,7 @@
 #include <tpipe/async/sync_wait.hpp>
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/mpi/communicator.hpp>
+#include <tpipe/mpi/job.hpp>
 #include <tpipe/mpi/transport.hpp>
 #endif
 
@@ -345,13 +346,17 @@ result run(const options& o)
     result r;
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(o.stages), 0);
+        tpipe::mpi::job job({.pipeline_ranks = o.stages});  // the layout, the transport, the communicators
+        if (job.single_process())  // a stage per process, in the flags' words
+            throw tpipe::invalid_argument("--transport mpi with --stages " + std::to_string(o.stages) + " needs " +
+                                          std::to_string(o.stages) + " processes, but the job has 1; launch it with mpirun -np " +
+                                          std::to_string(o.stages));
         const auto cuts = even_cuts(o.layers, o.stages);
-        const auto me = static_cast<std::size_t>(x.process());
+        const auto me = static_cast<std::size_t>(job.where().rank);
         trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
-        r = pipelined(o, tr, &x);
+        r = pipelined(o, tr, &job.transport());
         const std::vector<double> mine = flatten(*tr.model);
-        auto world = tpipe::mpi::communicator::world();
+        auto& world = job.all();
         if (o.keep_weights) {  // every process gets the whole model: its checksum is at hand
             r.weights = gather_weights(world, mine);
             r.weights_fnv = checksum_of(r.weights);

@@ -21,7 +21,7 @@
 #include <tpipe/adapters/libtorch/process_sum.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/mpi/environment.hpp>
-#include <tpipe/mpi/transport.hpp>
+#include <tpipe/mpi/job.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
 // [/snippet]
@@ -107,11 +107,7 @@ std::vector<double> train_plain(int steps)
 std::vector<double> train_pipelined(int steps)
 {
     constexpr int stages = 2;
-    int processes = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &processes);  // 1: every stage on a thread here; 2: one each
-    const tpipe::world world = processes == 1 ? tpipe::world::single_process(stages)
-                                              : tpipe::world::one_rank_per_process(stages);
-    tpipe::mpi::transport transport(world, /*replica=*/0);
+    tpipe::mpi::job job({.pipeline_ranks = stages});  // 1 process: every stage on a thread here; 2: one each
 
     auto model = make_model();  // every process builds the whole model (see "Only the local stages")
     torch::optim::AdamW optimizer(unique_parameters(*model), torch::optim::AdamWOptions(1e-2));
@@ -120,8 +116,8 @@ std::vector<double> train_pipelined(int steps)
     tpipe::uniform_pipeline<tpipe::libtorch::module_stage> pipe(tpipe::libtorch::cut(model, {0, 3, 6}));
     const tpipe::scheme units = tpipe::scheme_from_spec("microbatch:4", {rows, tokens});
     const tpipe::program prog = tpipe::make_schedule("zb-h1").program(tpipe::topology{.ranks = stages}, units);
-    tpipe::cpu_engine engine(processes == 1 ? stages : 1);  // one loop thread per stage run here
-    tpipe::runner runner(pipe, prog, engine, transport);
+    tpipe::cpu_engine engine(job.single_process() ? stages : 1);  // one loop thread per stage run here
+    tpipe::runner runner(pipe, prog, engine, job.transport());
 
     std::vector<double> losses;
     for (int step = 0; step < steps; ++step) {

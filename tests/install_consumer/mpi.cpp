@@ -6,5 +6,5 @@ int main(int argc, char** argv)
 {
     // Links MPI; not run by the check (a launcher is needed to run MPI programs everywhere).
     tpipe::mpi::environment env(argc, argv);
-    return tpipe::world::one_rank_per_process(2).processes() == 2 ? 0 : 1;
+    return tpipe::layout::one_rank_per_process(2).processes() == 2 ? 0 : 1;
 }

@@ -39,7 +39,7 @@ int main(int argc, char** argv)
     int me = 0, n = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
     std::vector<dying> stages;
     for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 ? how : std::string());
     tpipe::uniform_pipeline<dying> pipe(std::move(stages));

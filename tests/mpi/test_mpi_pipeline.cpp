@@ -106,7 +106,7 @@ TEST_CASE("pipelined over processes equals the same program on threads, for ever
             const auto prog = tpipe::make_schedule(name).program(tpipe::topology{n}, units);
             CAPTURE(name, slices, n);
             const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, n);
-            tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+            tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
             const outcome got = run_synthetic(prog, &x, 1);
             REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
             ++ran;
@@ -123,7 +123,7 @@ TEST_CASE("several ranks per process: boundaries inside a process stay local, th
     for (int r = 0; r < P; ++r) layout.push_back(r / 2);
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(P, 2));
     const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, P);
-    tpipe::mpi::transport x(tpipe::world(P, 1, layout), 0);
+    tpipe::mpi::transport x(tpipe::layout(P, 1, layout), 0);
     const outcome got = run_synthetic(prog, &x, P);
     REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
 }
@@ -180,7 +180,7 @@ TEST_CASE("composed transports: copies inside a process, MPI between processes, 
     for (int r = 0; r < P; ++r) layout.push_back(r / 2);
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(P, 2));
     const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, P);
-    tpipe::mpi::transport between(tpipe::world(P, 1, layout), 0);
+    tpipe::mpi::transport between(tpipe::layout(P, 1, layout), 0);
     copying_transport within;
     hybrid x(between, within);
     const outcome got = run_synthetic(prog, &x, P);
@@ -197,7 +197,7 @@ TEST_CASE("a launch that does not fit the world is refused on every process with
     const int n = world_size();
     std::string message;
     try {
-        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n + 1), 0);
+        tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n + 1), 0);
     } catch (const tpipe::invalid_argument& e) {
         message = e.what();
     }
@@ -209,7 +209,7 @@ TEST_CASE("a launch that does not fit the world is refused on every process with
 TEST_CASE("processes that build different programs are refused before the first iteration", "[mpi][failure]")
 {
     const int n = world_size();
-    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
     // The last process builds one microbatch more than the others.
     const int M = 2 * n + (world_rank() == n - 1 ? 1 : 0);
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(M));
@@ -239,7 +239,7 @@ TEST_CASE("processes whose units differ in rows or tokens but not in count are r
         {tpipe::scheme({mb{0, last ? 3 : 2, {0, 64}}, mb{last ? 3 : 2, last ? 6 : 4, {0, 64}}}), last ? "[0,3)x[0,64)" : "[0,2)x[0,64)"},
     };
     for (const auto& [units, mine] : variants) {
-        tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+        tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n, 1), 0);
         const auto prog = tpipe::make_schedule("terapipe-gpipe").program(tpipe::topology{n}, units);
         auto pipe = synth::make_uniform<true>(n);
         tpipe::cpu_engine eng(1);
@@ -287,7 +287,7 @@ TEST_CASE("receives posted out of the peer's send order run correctly over MPI",
     if (world_size() != 2) return;
     const auto prog = tpipe::from_csv("0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0RECV_B1,0B0,0B1\n"
                                       "1RECV_F1,1RECV_F0,1F0,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n");
-    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(2), 0);
+    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(2), 0);
     auto pipe = synth::make_uniform<false>(2);
     auto ref = synth::make_uniform<false>(2);
     const auto want = synth::sequential(ref, prog.units);
@@ -311,7 +311,7 @@ TEST_CASE("a stage that throws on one process stops every process with an error 
 {
     const int n = world_size();
     const int faulty = n - 1;  // the last stage fails at the backward of microbatch 1
-    tpipe::mpi::transport x(tpipe::world::one_rank_per_process(n), 0);
+    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(2 * n));
     auto pipe = synth::make_uniform<true>(n, faulty, synth::fault{1, 0, 'B'});
     tpipe::cpu_engine eng(1);

@@ -9,7 +9,7 @@
 
 #include "fake_nccl.hpp"
 #include "thread_control.hpp"
-#include "tpipe/exec/world.hpp"
+#include "tpipe/exec/layout.hpp"
 #include "tpipe/nccl/basic_transport.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
 

@@ -59,7 +59,7 @@ TEST_CASE("nccl transport between GPUs: a pipeline with one rank per GPU equals 
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
         gpu_test::recorded ref, got;
         gpu_test::run_host(ref, prog, P, {0});
-        const auto layout = tpipe::world::one_rank_per_process(P);
+        const auto layout = tpipe::layout::one_rank_per_process(P);
         tpipe::nccl::fake::notice_board board(P);
         const auto id = tpipe::nccl::runtime_api::make_unique_id();
         auto errors = on_threads(P, [&](int me) {

@@ -160,7 +160,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
     // 2 processes x 2 GPUs: ranks 0, 1 on process 0 (GPUs 0, 1), ranks 2, 3 on process 1 (GPUs
     // 0, 1). Boundaries 0 and 2 are peer copies inside a process, boundary 1 crosses over NCCL.
     const int P = 4, M = 5, processes = 2;
-    const auto layout = tpipe::world(P, 1, {0, 0, 1, 1});
+    const auto layout = tpipe::layout(P, 1, {0, 0, 1, 1});
     for (const char* name : {"gpipe", "1f1b"}) {
         CAPTURE(name);
         const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));

@@ -28,7 +28,7 @@ struct pair_of_processes {
     tpipe::nccl::fake::notice_board board{2};
     tpipe::nccl::fake::host_pool pool;
     std::vector<tpipe::nccl::fake::comm_obj*> comms = w.init_all(2);
-    tpipe::world layout = tpipe::world::one_rank_per_process(2);
+    tpipe::layout layout = tpipe::layout::one_rank_per_process(2);
 };
 
 bool no_errors(const std::vector<std::string>& e)
@@ -173,7 +173,7 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
             tpipe::nccl::fake::notice_board board(P);
             tpipe::nccl::fake::host_pool pool;
             auto comms = w.init_all(P);
-            const auto layout = tpipe::world::one_rank_per_process(P);
+            const auto layout = tpipe::layout::one_rank_per_process(P);
             auto stages_of = std::vector<std::vector<affine>>(static_cast<std::size_t>(P), affine_stages(stages));
             recorded got;
             auto errors = on_threads(P, [&](int me) {
@@ -206,7 +206,7 @@ TEST_CASE("nccl transport: a stage that fails on one process stops the others wi
     tpipe::nccl::fake::notice_board board(P);
     tpipe::nccl::fake::host_pool pool;
     auto comms = w.init_all(P);
-    const auto layout = tpipe::world::one_rank_per_process(P);
+    const auto layout = tpipe::layout::one_rank_per_process(P);
     std::mutex m;
     recorded got;
     const auto start = std::chrono::steady_clock::now();

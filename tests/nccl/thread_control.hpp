@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/exec/world.hpp"
+#include "tpipe/exec/layout.hpp"
 
 namespace tpipe::nccl::fake {
 
@@ -25,7 +25,7 @@ struct notice_board {
 //! The control plane of process `me` (what tpipe::mpi::transport provides over MPI).
 class control {
 public:
-    control(tpipe::world w, int me, notice_board& b, int replica = 0) : w_(std::move(w)), me_(me), replica_(replica), b_(&b) {}
+    control(tpipe::layout w, int me, notice_board& b, int replica = 0) : w_(std::move(w)), me_(me), replica_(replica), b_(&b) {}
     bool runs(int rank) const { return w_.process_of(replica_, rank) == me_; }
     std::string where(int rank) const
     {
@@ -34,7 +34,8 @@ public:
     }
     int process() const noexcept { return me_; }
     int replica() const noexcept { return replica_; }
-    const tpipe::world& layout() const noexcept { return w_; }
+    int tensor_rank() const noexcept { return 0; }
+    const tpipe::layout& layout() const noexcept { return w_; }
     void agree(const std::string& text)
     {
         std::lock_guard<std::mutex> g(b_->m);
@@ -57,7 +58,7 @@ public:
     }
 
 private:
-    tpipe::world w_;
+    tpipe::layout w_;
     int me_, replica_;
     notice_board* b_;
 };

@@ -25,7 +25,7 @@ task<std::vector<T>> every_member(C& c, T mine)
 }
 
 //! The mean over `replicas` replicas of a value their pipeline ranks hold, with rank r of replica
-//! d on member d * ranks + r (tpipe::world::one_rank_per_process; members past ranks * replicas
+//! d on member d * ranks + r (tpipe::layout::one_rank_per_process; members past ranks * replicas
 //! are left out): each replica's value is its ranks' sum (a loss: the last rank's, the others add
 //! zeros), and the replicas' are added in index order, each divided by `replicas`. That is the
 //! order a trainer with its replicas on threads adds them in, so both print the same bits.

@@ -149,7 +149,7 @@ public:
         if (!active_) return agreed;
         replica_ = me_ / K;
         rank_ = me_ % K;
-        transport_ = std::make_unique<transport>(world::one_rank_per_process(K, D), replica_, active_comm_->native());
+        transport_ = std::make_unique<transport>(tpipe::layout::one_rank_per_process(K, D), replica_, active_comm_->native());
         pipeline_ = std::make_unique<communicator>(active_comm_->split(replica_, rank_));
         replicas_ = std::make_unique<communicator>(active_comm_->split(rank_, replica_));
         replicas_->set_reduction_order(reduction_order::rank_order);  // as on threads: independent of the cuts

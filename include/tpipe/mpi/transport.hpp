@@ -1,15 +1,16 @@
 #pragma once
 // tpipe::mpi::transport: a tpipe::transport whose ranks are spread over MPI processes, as a
-// tpipe::world lays them out. Boundaries between ranks of different processes get a
+// tpipe::layout lays them out; one transport carries one pipeline (one replica, one tensor rank). Boundaries between ranks of different processes get a
 // tpipe::mpi::channel; boundaries inside a process stay local (the runner decides).
 //
 //   tpipe::mpi::environment env(argc, argv);                       // MPI_THREAD_MULTIPLE
-//   auto w = tpipe::world::one_rank_per_process(P, D);            // rank r of replica d on d*P + r
-//   tpipe::mpi::transport x(w, replica);                          // collective over MPI_COMM_WORLD
+//   auto l = tpipe::layout::one_rank_per_process(P, D);           // rank r of replica d on d*P + r
+//   tpipe::mpi::transport x(l, replica);                          // collective over MPI_COMM_WORLD
+//   (tpipe::mpi::job, tpipe/mpi/job.hpp, builds the layout, this and every group's communicator)
 //   tpipe::runner r(pipe, prog, engine, x);                       // same pipeline and program everywhere
 //
 // Construction is collective over `comm` (every process constructs its transports in the same
-// order) and refuses a job whose size is not the world's process count, with the same message
+// order) and refuses a job whose size is not the layout's process count, with the same message
 // on every process. agree() (called by the runner) compares the processes' configurations.
 // fail() tells every other process that this one's iteration failed; failure() polls for that.
 #include <mpi.h>
@@ -23,7 +24,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/transport.hpp"
-#include "tpipe/exec/world.hpp"
+#include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
@@ -38,25 +39,33 @@ public:
     template <byte_payload T>
     using channel_type = mpi::channel<T>;
 
-    //! Replica `replica` of world `w` over the processes of `comm` (duplicated: tpipe's messages
-    //! never meet the application's).
-    transport(const tpipe::world& w, int replica, MPI_Comm comm = MPI_COMM_WORLD) : world_(w), replica_(replica)
+    //! The pipeline of replica `replica` (tensor rank 0) of layout `l` over the processes of
+    //! `comm` (duplicated: tpipe's messages never meet the application's).
+    transport(const tpipe::layout& l, int replica, MPI_Comm comm = MPI_COMM_WORLD)
+        : transport(l, pipeline_id{.replica = replica, .tensor_rank = 0}, comm)
+    {
+    }
+    //! The pipeline of (p.replica, p.tensor_rank): its rank r talks to the process of rank r + 1
+    //! of the same replica and tensor rank.
+    transport(const tpipe::layout& l, pipeline_id p, MPI_Comm comm = MPI_COMM_WORLD)
+        : layout_(l), replica_(p.replica), tensor_rank_(p.tensor_rank)
     {
         check(MPI_Comm_rank(comm, &me_), "MPI_Comm_rank");
         check(MPI_Comm_size(comm, &size_), "MPI_Comm_size");
         // First, the layout: processes that disagree on it would otherwise refuse the job on some
         // processes only and leave the others waiting in the next collective.
-        mpi::agree(comm, fingerprint().add("pipeline ranks", w.pipeline_ranks()).add("replicas", w.replicas())
-                             .add("processes", w.processes()).text(), "mpi::transport");
-        if (size_ != w.processes())
-            throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the world (" +
-                                   std::to_string(w.pipeline_ranks()) + " pipeline ranks x " +
-                                   std::to_string(w.replicas()) + " replicas) is laid out over " +
-                                   std::to_string(w.processes()) + "; launch it with mpirun -np " +
-                                   std::to_string(w.processes()));
-        if (replica < 0 || replica >= w.replicas())
-            throw invalid_argument("mpi::transport: replica " + std::to_string(replica) + " is outside [0, " +
-                                   std::to_string(w.replicas()) + ")");
+        mpi::agree(comm, fingerprint().add("tensor ranks", l.tensor_ranks()).add("pipeline ranks", l.pipeline_ranks())
+                             .add("replicas", l.replicas()).add("processes", l.processes()).text(), "mpi::transport");
+        if (size_ != l.processes())
+            throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the layout (" +
+                                   l.sizes().text() + ") is laid out over " + std::to_string(l.processes()) +
+                                   "; launch it with mpirun -np " + std::to_string(l.processes()));
+        if (p.replica < 0 || p.replica >= l.replicas())
+            throw invalid_argument("mpi::transport: replica " + std::to_string(p.replica) + " is outside [0, " +
+                                   std::to_string(l.replicas()) + ")");
+        if (p.tensor_rank < 0 || p.tensor_rank >= l.tensor_ranks())
+            throw invalid_argument("mpi::transport: tensor rank " + std::to_string(p.tensor_rank) + " is outside [0, " +
+                                   std::to_string(l.tensor_ranks()) + ")");
         check(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup (pipeline payloads)");
         check(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup (failure notices)");
         MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
@@ -77,13 +86,14 @@ public:
 
     int process() const noexcept { return me_; }
     int replica() const noexcept { return replica_; }
-    const tpipe::world& layout() const noexcept { return world_; }
+    int tensor_rank() const noexcept { return tensor_rank_; }
+    const tpipe::layout& layout() const noexcept { return layout_; }
 
-    bool runs(int rank) const { return world_.process_of(replica_, rank) == me_; }
+    bool runs(int rank) const { return layout_.process_of(replica_, rank, tensor_rank_) == me_; }
 
     std::string where(int rank) const
     {
-        const int p = world_.process_of(replica_, rank);
+        const int p = layout_.process_of(replica_, rank, tensor_rank_);
         return p == me_ ? std::string() : "on process " + std::to_string(p);
     }
 
@@ -100,7 +110,7 @@ public:
                                    std::to_string(e.tags) + " units needs MPI tags up to " + std::to_string(top) +
                                    ", above this MPI's MPI_TAG_UB of " + std::to_string(tag_ub_) +
                                    "; use fewer units per iteration or fewer stages");
-        const int peer = world_.process_of(replica_, e.sending ? e.to_rank : e.from_rank);
+        const int peer = layout_.process_of(replica_, e.sending ? e.to_rank : e.from_rank, tensor_rank_);
         return std::make_unique<channel<T>>(data_, peer, static_cast<int>(base), e.sending, e.tags);
     }
 
@@ -111,7 +121,8 @@ public:
     //! Tells every other process that this one's iteration failed (never blocks).
     void fail(const std::string& message)
     {
-        notice_ = "process " + std::to_string(me_) + " (replica " + std::to_string(replica_) + "): " + message;
+        notice_ = "process " + std::to_string(me_) + " (replica " + std::to_string(replica_) +
+                  (layout_.tensor_ranks() > 1 ? ", tensor rank " + std::to_string(tensor_rank_) : std::string()) + "): " + message;
         for (int p = 0; p < size_; ++p) {
             if (p == me_) continue;
             MPI_Request r = MPI_REQUEST_NULL;
@@ -149,8 +160,8 @@ public:
 private:
     static constexpr int notice_tag = 1;
 
-    tpipe::world world_;
-    int replica_ = 0;
+    tpipe::layout layout_;
+    int replica_ = 0, tensor_rank_ = 0;
     int me_ = 0, size_ = 1;
     int tag_ub_ = 32767;
     MPI_Comm data_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;

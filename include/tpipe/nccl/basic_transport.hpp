@@ -4,8 +4,8 @@
 // (tpipe/nccl/transport.hpp) is it over the real NCCL with tpipe::mpi::transport as the control.
 //
 //   tpipe::mpi::environment env(argc, argv);
-//   auto w = tpipe::world::one_rank_per_process(P);              // one GPU per process
-//   tpipe::mpi::transport control(w, 0);                         // placement, agree/fail/failure
+//   auto l = tpipe::layout::one_rank_per_process(P);             // one GPU per process
+//   tpipe::mpi::transport control(l, 0);                        // placement, agree/fail/failure
 //   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, make_id);
 //   tpipe::nccl::transport x(control, pool, id);                 // collective: NCCL init
 //   tpipe::runner r(pipe, prog, engine, x);
@@ -31,7 +31,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/exec/transport.hpp"
-#include "tpipe/exec/world.hpp"
+#include "tpipe/exec/layout.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/basic_channel.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
@@ -47,7 +47,8 @@ concept transport_control = requires(C& c, const C& cc, int rank, const std::str
     { cc.where(rank) } -> std::convertible_to<std::string>;
     { cc.process() } -> std::convertible_to<int>;
     { cc.replica() } -> std::convertible_to<int>;
-    { cc.layout() } -> std::convertible_to<const tpipe::world&>;
+    { cc.tensor_rank() } -> std::convertible_to<int>;
+    { cc.layout() } -> std::convertible_to<const tpipe::layout&>;
     c.agree(text);
     c.fail(text);
     { c.failure() } -> std::same_as<std::optional<std::string>>;
@@ -112,14 +113,14 @@ public:
 
     bool runs(int rank) const { return control_.runs(rank); }
     std::string where(int rank) const { return control_.where(rank); }
-    const tpipe::world& layout() const { return control_.layout(); }
+    const tpipe::layout& layout() const { return control_.layout(); }
 
     template <class T>
         requires cuda::device_payload<T, Pool>
     std::unique_ptr<channel_type<T>> connect(const endpoint& e)
     {
-        const tpipe::world& w = control_.layout();
-        const int peer = w.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank);
+        const tpipe::layout& l = control_.layout();
+        const int peer = l.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank, control_.tensor_rank());
         const int key = 2 * e.boundary + (e.forward ? 0 : 1);
         return std::make_unique<channel_type<T>>(core_, pool_, peer, key, e.sending, e.tags);
     }

@@ -4,9 +4,9 @@
 // tpipe/nccl/basic_transport.hpp). Needs tpipe::mpi (TPIPE_ENABLE_MPI) as well as tpipe::nccl.
 //
 //   tpipe::mpi::environment env(argc, argv);
-//   const auto w = tpipe::world::one_rank_per_process(P);
+//   const auto l = tpipe::layout::one_rank_per_process(P);
 //   cudaSetDevice(local_gpu);
-//   tpipe::mpi::transport control(w, 0);
+//   tpipe::mpi::transport control(l, 0);
 //   const auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, tpipe::nccl::runtime_api::make_unique_id);
 //   tpipe::nccl::transport<my_pool> x({}, id, control, pool);   // collective
 #include "tpipe/cuda/memory_pool.hpp"
