@@ -235,7 +235,7 @@ public:
         // norm's sums, the loss, the checkpoint's barrier): a stopped process is named by the
         // others and the job ends, instead of hanging in them.
         const int P = P_;
-        for (auto* c : {world_.get(), replicas_.get(), pipeline_comm_.get()})
+        for (auto* c : {world_, replicas_, pipeline_comm_})
             c->set_watchdog(opts.watchdog, [P](int p) {
                 return "process " + std::to_string(p) + " (replica " + std::to_string(p / P) + ", rank " + std::to_string(p % P) + ")";
             });

@@ -259,10 +259,13 @@ TEST_CASE("another run's checkpoints are never mixed with or deleted: the direct
                       Catch::Contains("holds step-00000004 of run 00000000000000aa, not of this run (00000000000000bb)"));
     CHECK_THROWS_AS(checkpoint_writer({.root = s.run()}), directory_conflict);  // a fresh run: a new identity
     CHECK(checkpoint_directory(s.run()).committed() == std::vector<std::int64_t>{4});
-    // A checkpoint written before run ids belongs to no run: refused as well.
+    // A checkpoint written before run ids (format 2: no run, no manifest checksum) belongs to no
+    // run: refused as well.
     const fs::path m = fs::path(checkpoint_directory(s.run()).committed_path(4)) / manifest_file;
     auto v = tpipe::json::parse(tpipe::read_file(m.string(), "manifest")).as_object();
     v.erase("run");
+    v.erase("manifest_crc32c");
+    v["format"] = 2;
     std::ofstream(m, std::ios::trunc) << tpipe::json::dump(tpipe::json::value(v));
     CHECK_THROWS_WITH(save(s.run(), 5, w, 1, run_a), Catch::Contains("step-00000004 (written before runs were recorded)"));
     CHECK(checkpoint_reader(s.run()).contents().run.empty());  // still read

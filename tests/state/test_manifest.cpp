@@ -171,7 +171,8 @@ TEST_CASE("every manifest edit of issue 37 is refused, naming the field or the c
         saved r("rng");
         manifest m = base(2);
         m.rng = tpipe::json::object{{"data_streams", tpipe::json::array{"0000000000000001"}}};
-        checkpoint_writer out({.root = r.s.run(), .shards = 2});
+        // The same run (a save directory holds one run's checkpoints), step 2 written again.
+        checkpoint_writer out({.root = r.s.run(), .run = checkpoint_reader(r.s.run()).contents().run, .shards = 2});
         out.begin(m, layout());
         out.finish();
         const std::string t = tpipe::read_file(r.mpath.string(), "manifest");
