@@ -127,7 +127,7 @@ std::pair<vec, float> train(const tpipe::scheme& units, const Schedule& sched, i
     double loss = 0;
     tpipe::io_for<decltype(pipe)> io;
     io.source = inputs;
-    io.loss = [&](const tpipe::unit&, vec&& y) { return loss_gradient(y, loss); };
+    io.output_grad = [&](const tpipe::unit&, vec&& y) { return loss_gradient(y, loss); };
     for (int step = 0; step < steps; ++step) {
         loss = 0;
         r.run(io);

@@ -108,7 +108,7 @@ int main()
     double loss = 0;
     tpipe::io_for<decltype(pipe)> io;
     io.source = inputs;  // the first stage's input of each unit
-    io.loss = [&](const tpipe::unit& u, vec&& y) { return loss_gradient(u, y, loss); };
+    io.output_grad = [&](const tpipe::unit& u, vec&& y) { return loss_gradient(u, y, loss); };
     for (int step = 0; step < 50; ++step) {
         loss = 0;
         r.run(io);  // forward and backward of every microbatch, 1F1B on the two threads

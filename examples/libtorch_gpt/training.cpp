@@ -272,7 +272,7 @@ result pipelined(const options& o, trainer& tr, Transport* over)
         io.source = [&](const tpipe::unit& u) {  // the first stage's input: this unit's token ids
             return inputs.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end);
         };
-        io.loss = [&](const tpipe::unit& u, torch::Tensor&& logits) {
+        io.output_grad = [&](const tpipe::unit& u, torch::Tensor&& logits) {
             return loss_gradient(u, std::move(logits), targets, loss);
         };
         tr.optimizer->zero_grad();

@@ -127,7 +127,7 @@ std::vector<double> train_pipelined(int steps)
         io.source = [&](const tpipe::unit& u) {  // the first stage's input: this unit's rows
             return inputs.slice(0, u.row_begin, u.row_end);
         };
-        io.loss = [&](const tpipe::unit& u, torch::Tensor&& logits) {  // the last stage's output
+        io.output_grad = [&](const tpipe::unit& u, torch::Tensor&& logits) {  // the last stage's output
             auto y = logits.requires_grad_();
             auto t = targets.slice(0, u.row_begin, u.row_end);
             auto l = torch::nn::functional::cross_entropy(

@@ -736,7 +736,7 @@ TEST_CASE("a local connecting transport picks the channels inside the process, f
     tpipe::run_io<int, int> io;
     io.source = [](const unit& u) { return u.microbatch; };
     std::vector<int> out(2, -1);
-    io.loss = [&](const unit& u, int y) {
+    io.output_grad = [&](const unit& u, int y) {
         out[static_cast<std::size_t>(u.microbatch)] = y;
         return 0;
     };

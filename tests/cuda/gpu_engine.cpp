@@ -80,7 +80,7 @@ tpipe::run_io<gpu::tensor, gpu::tensor> make_io(tpipe::cuda::memory_pool& pool, 
         TPIPE_CUDA_TRY(cudaStreamSynchronize(tpipe::cuda::current_stream()));  // h dies here
         return x;
     };
-    io.loss = [&pool, &out](const tpipe::unit& u, gpu::tensor&& y) {
+    io.output_grad = [&pool, &out](const tpipe::unit& u, gpu::tensor&& y) {
         gpu::tensor g = gpu::make_tensor(pool, n);
         kernels::loss_grad(y.data(), g.data(), n, tpipe::cuda::current_stream());
         TPIPE_CUDA_TRY(cudaStreamSynchronize(tpipe::cuda::current_stream()));
@@ -107,7 +107,7 @@ outcome sequential(tpipe::cuda::engine& eng, int S, int M)
             const tpipe::unit u = tpipe::microbatches(M).at(mb, 0);
             gpu::tensor x = co_await eng.compute(0, [&] { return io.source(u); });
             for (auto& st : m.stages) x = co_await eng.compute(0, [&] { return st.forward(u, std::move(x)); });
-            gpu::tensor g = co_await eng.compute(0, [&] { return io.loss(u, std::move(x)); });
+            gpu::tensor g = co_await eng.compute(0, [&] { return io.output_grad(u, std::move(x)); });
             for (auto it = m.stages.rbegin(); it != m.stages.rend(); ++it)
                 g = co_await eng.compute(0, [&] { return it->backward(u, std::move(g)); });
             co_await eng.compute(0, [&] { io.input_grad(u, std::move(g)); });
@@ -189,7 +189,7 @@ TEST_CASE("empty kernels run through every schedule on 4 streams of one GPU", "[
         std::vector<int> outs, dxs;
         tpipe::run_io<int, int> io;
         io.source = [](const tpipe::unit&) { return 0; };
-        io.loss = [&](const tpipe::unit&, int&& y) { outs.push_back(y); return 0; };
+        io.output_grad = [&](const tpipe::unit&, int&& y) { outs.push_back(y); return 0; };
         io.input_grad = [&](const tpipe::unit&, int&& dx) { dxs.push_back(dx); };
         const auto stats = tpipe::run(pipe, prog, eng, io);
         CHECK(stats.actions == tpipe::lower(prog).size());

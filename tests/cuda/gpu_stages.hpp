@@ -89,7 +89,7 @@ results run_collect(Pipe& pipe, const tpipe::program& prog, Engine& eng, tpipe::
     got.input_grads.resize(static_cast<std::size_t>(prog.units.units()));
     tpipe::io_for<Pipe> io;
     io.source = source;
-    io.loss = [&](const tpipe::unit& u, vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, vec&& y) {
         got.outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
         return loss_grad(y);
     };

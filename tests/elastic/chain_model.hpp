@@ -47,7 +47,7 @@ struct chain {
         io_.source = [this](const tpipe::unit& u) {
             return std::vector<double>(in.begin() + u.row_begin, in.begin() + u.row_end);
         };
-        io_.loss = [this](const tpipe::unit&, std::vector<double>&& y) {
+        io_.output_grad = [this](const tpipe::unit&, std::vector<double>&& y) {
             for (auto& v : y) {
                 loss += 0.5 * (v - 1) * (v - 1) / static_cast<double>(in.size());
                 v = (v - 1) / static_cast<double>(in.size());

@@ -27,7 +27,7 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_for_replica(int replica, int r
 {
     tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
     io.source = [=](const tpipe::unit& u) { return sample(replica, u.microbatch * rows_per_mb); };
-    io.loss = [](const tpipe::unit&, dvec&& y) {
+    io.output_grad = [](const tpipe::unit&, dvec&& y) {
         for (double& v : y) v = std::fmod(v, 5.0) + 1;
         return std::move(y);
     };
@@ -55,7 +55,7 @@ TEST_CASE("data parallel over threads: D replicas sum to one replica that saw al
                     tpipe::io_for<decltype(pipe)> io;
                     const auto one = io_for_replica(d, 1);
                     io.source = one.source;
-                    io.loss = one.loss;
+                    io.output_grad = one.output_grad;
                     tpipe::run(pipe, prog, eng, io);
                 }
             }

@@ -23,7 +23,7 @@ void check_fault(const tpipe::program& prog, tpipe::cpu_engine& eng, int fs, syn
     auto pipe = synth::make_uniform<true>(prog.stages(), fs, f);
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
+    io.output_grad = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
     tpipe::run_options opts;
     opts.watchdog = std::chrono::seconds(20);  // a hang would fail the test, not block the suite
     try {
@@ -92,7 +92,7 @@ TEST_CASE("an exception from the user's source or loss callable is reported like
         CHECK(contains(e.what(), "no data for microbatch 2"));
     }
     io.source = synth::source;
-    io.loss = [](const tpipe::unit&, synth::vec&&) -> synth::vec { throw 42; };  // not a std::exception
+    io.output_grad = [](const tpipe::unit&, synth::vec&&) -> synth::vec { throw 42; };  // not a std::exception
     auto fresh = synth::make_pipe<true>(std::make_index_sequence<2>{});
     try {
         tpipe::run(fresh, prog, eng, io);
@@ -156,7 +156,7 @@ TEST_CASE("a runner is exact again after a failed iteration (what the failure le
     std::vector<synth::vec> outputs(static_cast<std::size_t>(prog.units.units()));
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
         outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
         return synth::loss_grad(y);
     };

@@ -41,7 +41,7 @@ void check_pipelined_equals_sequential(const tpipe::program& prog, tpipe::cpu_en
     got.input_grads.resize(prog.units.units());
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
         got.outputs[prog.units.index(u.microbatch, u.slice)] = y;
         return synth::loss_grad(y);
     };
@@ -125,7 +125,7 @@ TEST_CASE("a runner repeats iterations on the same engine", "[exec][run]")
     tpipe::runner r(pipe, prog, eng);
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
+    io.output_grad = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
     auto ref = synth::make_pipe<true>(std::make_index_sequence<3>{});
     auto next = [](auto& p) {
         [&]<std::size_t... I>(std::index_sequence<I...>) { (p.template stage<I>().new_iteration(), ...); }(
@@ -166,7 +166,7 @@ TEST_CASE("payloads of different types are moved between stages, never copied", 
     std::vector<int> grads(4);
     tpipe::io_for<decltype(pipe)> io;
     io.source = [](const tpipe::unit& u) { return 10 * u.microbatch; };
-    io.loss = [&](const tpipe::unit& u, double&& y) {
+    io.output_grad = [&](const tpipe::unit& u, double&& y) {
         outs[u.microbatch] = y;
         return 2.0;
     };
@@ -246,7 +246,7 @@ TEST_CASE("a model cut at run time into 1 to 6 stages, re-cut between steps, equ
     auto reference = synth::make_uniform<false>(L);
     tpipe::io_for<tpipe::uniform_pipeline<layer_range>> io;
     io.source = synth::source;
-    io.loss = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
+    io.output_grad = [](const tpipe::unit&, synth::vec&& y) { return synth::loss_grad(y); };
     int steps = 0;
     for (int n : {1, 2, 3, 4, 5, 6, 4, 2}) {
         CAPTURE(n, steps);

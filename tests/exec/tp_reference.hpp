@@ -30,7 +30,7 @@ result run_pipeline(std::vector<mlp_stage<Comm>> stages, int microbatches, Trans
     r.input_grads.resize(static_cast<std::size_t>(microbatches));
     tpipe::io_for<decltype(pipe)> io;
     io.source = [](const tpipe::unit& u) { return source(u.microbatch); };
-    io.loss = [&](const tpipe::unit& u, vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, vec&& y) {
         r.outputs[static_cast<std::size_t>(u.microbatch)] = y;
         return y;  // the gradient of |y|^2 / 2
     };

@@ -90,7 +90,7 @@ TEST_CASE("a stage whose input does not fit what the stage before produced is re
     tpipe::cpu_engine engine(2);
     tpipe::io_for<decltype(pipe)> io;
     io.source = [](const tpipe::unit& u) { return torch::randn({u.rows(), 8}); };
-    io.loss = [](const tpipe::unit&, torch::Tensor&& y) { return torch::ones_like(y); };
+    io.output_grad = [](const tpipe::unit&, torch::Tensor&& y) { return torch::ones_like(y); };
     try {
         tpipe::run(pipe, prog, engine, io);
         FAIL("the run should have failed");
@@ -168,7 +168,7 @@ TEST_CASE("gradients() lets data_parallel average the module's gradients over re
                 tpipe::io_for<tpipe::uniform_pipeline<module_stage>> io;
                 const torch::Tensor x = data(d);
                 io.source = [&](const tpipe::unit& u) { return x.slice(0, u.row_begin, u.row_end); };
-                io.loss = [](const tpipe::unit&, torch::Tensor&& y) { return 2 * y; };  // d(sum y^2)/dy
+                io.output_grad = [](const tpipe::unit&, torch::Tensor&& y) { return 2 * y; };  // d(sum y^2)/dy
                 tpipe::run(*pipes[d], prog, engine, io, opts);
             } catch (...) {
                 failed[d] = std::current_exception();

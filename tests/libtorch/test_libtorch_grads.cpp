@@ -56,7 +56,7 @@ void train(tpipe::uniform_pipeline<module_stage>& pipe, const std::string& sched
     tpipe::cpu_engine engine(2);
     tpipe::io_for<tpipe::uniform_pipeline<module_stage>> io;
     io.source = [&](const tpipe::unit& u) { return b.ids.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end); };
-    io.loss = [&](const tpipe::unit& u, torch::Tensor&&) {
+    io.output_grad = [&](const tpipe::unit& u, torch::Tensor&&) {
         return b.dy.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end).contiguous();
     };
     tpipe::run(pipe, prog, engine, io);

@@ -132,7 +132,7 @@ TEST_CASE("mpi::job: the transport connects tensor rank k of stage r to tensor r
         std::vector<vec> outputs(static_cast<std::size_t>(prog.units.units())), input_grads(outputs.size());
         tpipe::io_for<decltype(pipe)> io;
         io.source = [&](const tpipe::unit& u) { return vec{origin(u)}; };
-        io.loss = [&](const tpipe::unit& u, vec&& y) {
+        io.output_grad = [&](const tpipe::unit& u, vec&& y) {
             outputs[static_cast<std::size_t>(u.microbatch)] = y;
             return vec{-origin(u)};
         };

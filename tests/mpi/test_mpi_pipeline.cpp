@@ -55,7 +55,7 @@ outcome run_synthetic(const tpipe::program& prog, X* x, int devices)
     got.input_grads.resize(static_cast<std::size_t>(prog.units.units()));
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
         got.outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
         return synth::loss_grad(y);
     };
@@ -295,7 +295,7 @@ TEST_CASE("receives posted out of the peer's send order run correctly over MPI",
     std::vector<synth::vec> outputs(static_cast<std::size_t>(prog.units.units()));
     tpipe::io_for<decltype(pipe)> io;
     io.source = synth::source;
-    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
         outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
         return synth::loss_grad(y);
     };

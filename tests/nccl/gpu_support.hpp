@@ -121,7 +121,7 @@ inline void run_host(recorded& r, const tpipe::program& prog, int ranks, const s
     for (int d : replicas) {
         tpipe::io_for<decltype(pipe)> io;
         io.source = [d](const tpipe::unit& u) { return sample(d, u.microbatch); };
-        io.loss = [&](const tpipe::unit& u, hvec&& y) {
+        io.output_grad = [&](const tpipe::unit& u, hvec&& y) {
             r.out[u.microbatch] = y;
             return loss_grad(std::move(y));
         };
@@ -137,7 +137,7 @@ inline tpipe::io_for<tpipe::uniform_pipeline<affine>> device_io(pool_ref first, 
 {
     tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
     io.source = [=](const tpipe::unit& u) { return upload(first, sample(d, u.microbatch)); };
-    io.loss = [=, &r](const tpipe::unit& u, dev_vec&& y) {
+    io.output_grad = [=, &r](const tpipe::unit& u, dev_vec&& y) {
         hvec h = download(y);
         {
             std::lock_guard<std::mutex> g(r.m);

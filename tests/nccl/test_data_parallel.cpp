@@ -24,7 +24,7 @@ tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_for_re
 {
     tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
     io.source = [=](const tpipe::unit& u) { return nccl_test::sample(replica, u.microbatch); };
-    io.loss = [](const tpipe::unit&, dvec&& y) { return nccl_test::loss_grad(std::move(y)); };
+    io.output_grad = [](const tpipe::unit&, dvec&& y) { return nccl_test::loss_grad(std::move(y)); };
     return io;
 }
 

@@ -65,7 +65,7 @@ tpipe::io_for<tpipe::uniform_pipeline<affine>> io_into(std::map<int, dvec>& out,
 {
     tpipe::io_for<tpipe::uniform_pipeline<affine>> io;
     io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
-    io.loss = [&](const tpipe::unit& u, dvec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         out[u.microbatch] = y;
         return nccl_test::loss_grad(std::move(y));

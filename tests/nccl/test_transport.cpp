@@ -138,7 +138,7 @@ tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_into(r
 {
     tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io;
     io.source = [](const tpipe::unit& u) { return nccl_test::sample(0, u.microbatch); };
-    io.loss = [&](const tpipe::unit& u, dvec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, dvec&& y) {
         std::lock_guard<std::mutex> g(m);
         r.outputs[u.microbatch] = y;
         return nccl_test::loss_grad(std::move(y));

@@ -88,7 +88,7 @@ bool iterate(const config& c, pipe_t& pipe, Runner& r)
     std::vector<synth::vec> outputs(c.prog.units.units());
     tpipe::io_for<pipe_t> io;
     io.source = synth::source;
-    io.loss = [&](const tpipe::unit& u, synth::vec&& y) {
+    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
         outputs[c.prog.units.index(u.microbatch, u.slice)] = y;
         return synth::loss_grad(y);
     };

@@ -76,7 +76,7 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
     try {
         if (!doc.contains("format") || doc.at("format").as_string("format") != plan_inputs_format)
             refuse(std::string("not a plan inputs file (its \"format\" must be \"") + plan_inputs_format +
-                   "\"; record one with the trainer's --record-plan)");
+                   "\"; record one with record_plan_inputs)");
         const double version = doc.at("version").as_number("version");
         if (version != plan_inputs_version)
             refuse("version " + json::dump(version) + " of the plan inputs format; this build reads version " +
@@ -101,7 +101,7 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
         if (ts.is_null() != (granularity == 0)) {
             if (granularity == 0)
                 refuse("it holds token latency tables (recorded by a run with TeraPipe slices); this run does not slice "
-                       "tokens: replay it with TeraPipe slices (--slicer terapipe), or record this run's inputs");
+                       "tokens: replay it with TeraPipe slices (a granularity above 0), or record this run's inputs");
             refuse("it holds no token latency tables (recorded by a run without TeraPipe slices); this run slices tokens "
                    "with granularity " + std::to_string(granularity) + ": replay it without TeraPipe slices, or record "
                    "this run's inputs");
@@ -112,7 +112,7 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
             if (s.granularity != granularity)
                 refuse("its token latency tables were profiled for granularity " + std::to_string(s.granularity) +
                        "; this run slices with granularity " + std::to_string(granularity) +
-                       " (give the recorded run's --granularity)");
+                       " (slice with the recorded run's granularity)");
             const auto& tables = ts.at("tables").as_array("token_slicing.tables");
             if (tables.size() != units)
                 refuse("token_slicing.tables has " + std::to_string(tables.size()) + " tables; this model has " +

@@ -79,12 +79,14 @@ struct run_stats {
     }
 };
 
-//! The user's end of the pipeline: first input, loss gradient, first input gradient.
+//! The user's end of the pipeline: the first stage's input, the gradient of the loss with respect
+//! to the last stage's output, and the first stage's input gradient. (`output_grad` was named
+//! `loss` before December 2026: it returns a gradient, not a loss.)
 template <class In, class Out>
 struct run_io {
-    std::function<In(const unit&)> source;            //!< required
-    std::function<Out(const unit&, Out&&)> loss;      //!< optional: default drops out, seeds Out{}
-    std::function<void(const unit&, In&&)> input_grad;  //!< optional: default drops it
+    std::function<In(const unit&)> source;               //!< required
+    std::function<Out(const unit&, Out&&)> output_grad;  //!< optional: default drops out, seeds Out{}
+    std::function<void(const unit&, In&&)> input_grad;   //!< optional: default drops it
 };
 
 //! The run_io of a pipeline type.

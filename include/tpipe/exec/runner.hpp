@@ -17,12 +17,12 @@
 // process builds the same pipeline and program and runs only its own ranks; the boundaries
 // between ranks of different processes get the transport's channels (tpipe/exec/transport.hpp).
 //
-// I/O (see tpipe/exec/stage.hpp): `source(u)` makes the first stage's input; `loss(u, out)`
+// I/O (see tpipe/exec/stage.hpp): `source(u)` makes the first stage's input; `output_grad(u, out)`
 // receives the last stage's output and returns the gradient that seeds its backward (without
 // it: the output is dropped and backward gets Out{}); `input_grad(u, dx)` receives the first
 // stage's input gradient (optional).
 //
-// Failure: an exception from a stage (or from source/loss/input_grad) cancels the iteration on
+// Failure: an exception from a stage (or from source/output_grad/input_grad) cancels the iteration on
 // every device: the iteration has one std::stop_source, whose token every channel, the engine
 // and the backward_hook got when it started, and the failure stops it. run throws one
 // tpipe::execution_error naming rank, device, stage, action and unit, and tells the transport,
@@ -133,8 +133,8 @@ public:
     {
         if (!io.source) throw invalid_argument("run: io.source is required (it makes the first stage's input per unit)");
         if constexpr (!std::default_initializable<output>)
-            if (!io.loss)
-                throw invalid_argument("run: the last stage's output type is not default-constructible, so io.loss "
+            if (!io.output_grad)
+                throw invalid_argument("run: the last stage's output type is not default-constructible, so io.output_grad "
                                        "must provide the gradient that seeds backward");
         if (broken_)
             throw error("run: an earlier iteration failed across processes, so messages of it may still be in "

@@ -19,9 +19,9 @@
 //   backward (or backward_input) runs in reverse slice order; backward_weight(u) runs after
 //   backward_input(u). (The schedule's validated order provides this; the runtime executes it.)
 // - The first stage's input for unit u comes from the user's `source(u)` callable passed to
-//   tpipe::run; the last stage's output is handed to the user's `loss(u, out)` callable, whose
+//   tpipe::run; the last stage's output is handed to the user's `output_grad(u, out)` callable, whose
 //   return value (the gradient of the loss with respect to `out`) is passed to the last stage's
-//   backward. Without a `loss` callable the output is dropped and backward receives `Y{}`
+//   backward. Without an `output_grad` callable the output is dropped and backward receives `Y{}`
 //   (a stage that computes its own loss in forward). The first stage's input gradient goes to
 //   the optional `input_grad(u, dx)` callable, or is dropped.
 // - Schedules with split backward (zb-h1, zb-v) call backward_input then backward_weight. A

@@ -99,7 +99,7 @@ schedule_choice choose_by_schedule(const M& model, const slicing_problem& p, con
                                    const memory_model* mem = nullptr,
                                    double budget = std::numeric_limits<double>::infinity())
 {
-    detail::require(optimum.shared_cut(), "choosing slices by a schedule needs a shared-cut plan (--shared-cut)");
+    detail::require(optimum.shared_cut(), "choosing slices by a schedule needs a shared-cut plan (every microbatch cut at the same tokens: slicing_plan::shared_cut())");
     schedule_choice out;
     out.ranking = rank_shared_cuts(model, ranking_problem(p), optimum.microbatches, opt);
     std::vector<slicing_plan> plans{optimum};

@@ -72,8 +72,7 @@ public:
         if (hi == rows_.end() || hi == rows_.begin())
             detail::refuse("table latency: b=" + std::to_string(b) + " lies outside the measured rows b=" +
                            std::to_string(rows_.begin()->first) + ".." + std::to_string(rows_.rbegin()->first) +
-                           "; profile that batch size or cap the rows per microbatch (slicing_problem::max_microbatch, "
-                           "tpipe-plan slice --max-microbatch)");
+                           "; profile that batch size or cap the rows per microbatch (slicing_problem::max_microbatch)");
         auto lo = std::prev(hi);
         const double t_lo = along_s(lo->second, lo->first, s), t_hi = along_s(hi->second, hi->first, s);
         const double w = static_cast<double>(b - lo->first) / static_cast<double>(hi->first - lo->first);

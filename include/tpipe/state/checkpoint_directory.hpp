@@ -132,12 +132,12 @@ public:
     {
         namespace fs = std::filesystem;
         std::error_code ec;
-        if (path.empty()) throw not_a_checkpoint("--resume: the checkpoint path is empty");
+        if (path.empty()) throw not_a_checkpoint("checkpoint path is empty: name a checkpoint or a save directory");
         const auto st = fs::status(path, ec);
         if (ec && ec != std::errc::no_such_file_or_directory)
-            throw corrupt_checkpoint("--resume \"" + path + "\": cannot be read: " + ec.message());
+            throw corrupt_checkpoint("checkpoint path \"" + path + "\": cannot be read: " + ec.message());
         if (!fs::is_directory(st))
-            throw not_a_checkpoint("--resume \"" + path + "\": " +
+            throw not_a_checkpoint("checkpoint path \"" + path + "\": " +
                                    (!fs::exists(st)            ? std::string("does not exist")
                                     : fs::is_regular_file(st) ? std::string("is a file, not a checkpoint directory")
                                                               : "is " + std::string(tpipe::detail::file_kind(st.type())) +

@@ -56,7 +56,7 @@ public:
         if (const auto other = dir_.other_run(o_.run))
             throw directory_conflict("checkpoint directory \"" + o_.root + "\" holds " + *other +
                                      ", not of this run (" + o_.run +
-                                     "): saving there would mix two runs' checkpoints (and --keep delete the other's); "
+                                     "): saving there would mix two runs' checkpoints (and pruning old checkpoints delete the other's); "
                                      "resume that run from it, or save into another directory");
     }
 

@@ -125,7 +125,7 @@ public:
                                              "frozen-prefix outputs for it");
             return rows_of(input_, u);
         };
-        io_.loss = [this](const tpipe::unit& u, torch::Tensor&& outputs) {
+        io_.output_grad = [this](const tpipe::unit& u, torch::Tensor&& outputs) {
             auto y = outputs.requires_grad_();  // a leaf: y.grad() is what the last stage's backward gets
             auto l = p_.loss(y, rows_of(targets_, u)) / static_cast<double>(targets_.numel());
             l.backward();

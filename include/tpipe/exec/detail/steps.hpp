@@ -88,7 +88,7 @@ struct stage_ops {
         auto& bd = out_boundary(b);
         if constexpr (Last) {
             out_t y = object(b).forward(un, input(b, u));
-            if (io(b).loss) bd.seed[u].emplace(io(b).loss(un, std::move(y)));
+            if (io(b).output_grad) bd.seed[u].emplace(io(b).output_grad(un, std::move(y)));
             else if constexpr (std::default_initializable<out_t>) bd.seed[u].emplace();
         } else {
             bd.act_out[u].emplace(object(b).forward(un, input(b, u)));
