@@ -1,0 +1,25 @@
+# A header's dependencies hold none of tpipe's runtime: no tpipe/exec, async, comm, state, mpi,
+# cuda, nccl or adapters header, and no <thread> or <coroutine> (the compiler's -M list).
+# Run: cmake -DCXX=compiler -DROOT=source-dir -DHEADER=tpipe/plan.hpp -P runtime_free.cmake
+cmake_minimum_required(VERSION 3.20)
+execute_process(COMMAND ${CXX} -std=c++20 -I${ROOT}/include -M ${ROOT}/include/${HEADER}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE deps ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${HEADER}: ${CXX} -M failed (${rc}): ${err}")
+endif()
+string(REPLACE "\\\n" " " deps "${deps}")
+string(STRIP "${deps}" deps)
+string(REGEX REPLACE "[ \t\r\n]+" ";" deps "${deps}")
+list(REMOVE_AT deps 0)  # the target ("plan.o:")
+set(found "")
+foreach(dep ${deps})
+  if(dep MATCHES "tpipe/(exec|async|comm|state|mpi|cuda|nccl|adapters)/" OR dep MATCHES "/(thread|coroutine)$")
+    list(APPEND found "${dep}")
+  endif()
+endforeach()
+if(found)
+  list(JOIN found "\n  " lines)
+  message(FATAL_ERROR "${HEADER} is meant to be runtime-free, but it includes:\n  ${lines}")
+endif()
+list(LENGTH deps n)
+message(STATUS "${HEADER}: ${n} dependencies, none of the runtime")
