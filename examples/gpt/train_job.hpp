@@ -234,11 +234,7 @@ public:
         // The run's watchdog bounds the collectives after it too (the tied gradient's and the
         // norm's sums, the loss, the checkpoint's barrier): a stopped process is named by the
         // others and the job ends, instead of hanging in them.
-        const int P = P_;
-        for (auto* c : {world_, replicas_, pipeline_comm_})
-            c->set_watchdog(opts.watchdog, [P](int p) {
-                return "process " + std::to_string(p) + " (replica " + std::to_string(p / P) + ", rank " + std::to_string(p % P) + ")";
-            });
+        job_->set_watchdog(opts.watchdog);
     }
 
     //! One step of this process's rank; returns the mean loss over every replica.

@@ -347,6 +347,7 @@ result run(const options& o)
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         tpipe::mpi::job job({.pipeline_ranks = o.stages});  // the layout, the transport, the communicators
+        job.set_watchdog(std::chrono::seconds(o.watchdog));  // a stopped process ends the job, named
         if (job.single_process())  // a stage per process, in the flags' words
             throw tpipe::invalid_argument("--transport mpi with --stages " + std::to_string(o.stages) + " needs " +
                                           std::to_string(o.stages) + " processes, but the job has 1; launch it with mpirun -np " +

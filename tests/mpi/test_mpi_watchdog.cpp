@@ -1,4 +1,4 @@
-// tpipe::mpi::communicator::set_watchdog under mpiexec -np 2, 3, 4: a member that does not come
+// tpipe::mpi::communicator::set_watchdog (and mpi::job::set_watchdog) under mpiexec -np 2, 3, 4: a member that does not come
 // to a collective (here: it sleeps, as a stopped process would, polling nothing) makes every other
 // member's collective fail within the bound, naming it as silent and the others as waiting; a
 // member that comes late but within the bound does not; split and duplicate inherit the bound.
@@ -15,6 +15,7 @@
 #include "tpipe/async/task.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/mpi/communicator.hpp"
+#include "tpipe/mpi/job.hpp"
 
 using tpipe::task;
 using tpipe::mpi::communicator;
@@ -98,5 +99,35 @@ TEST_CASE("watchdog: a member late by less than the bound is no stall; split and
     }
     world.set_watchdog(0ms);
     ok = ok && refused && world.watchdog() == 0ms;
+    REQUIRE(tpipe_test::every_process(ok));
+}
+
+TEST_CASE("watchdog: mpi::job::set_watchdog arms every group of the job and names processes by coordinate", "[mpi][watchdog]")
+{
+    const int n = communicator::world().size();
+    tpipe::mpi::job job({.pipeline_ranks = n});  // one pipeline of n ranks, a process each
+    const auto bound = 1000ms;
+    job.set_watchdog(bound);
+    bool ok = job.all().watchdog() == bound && job.pipeline().watchdog() == bound && job.tensor().watchdog() == bound &&
+              job.data().watchdog() == bound;
+    const int silent = n - 1;
+    communicator& line = job.pipeline();
+    if (job.process() == silent) {
+        std::this_thread::sleep_for(bound + 2000ms);
+        tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(line));
+    } else {
+        std::string what;
+        try {
+            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(line));
+        } catch (const tpipe::watchdog_error& e) {
+            what = e.what();
+        }
+        INFO(what);
+        const std::string named = "process " + std::to_string(silent) + " (replica 0, rank " + std::to_string(silent) +
+                                  ", tensor rank 0) is silent";
+        ok = ok && contains(what, named);
+        CHECK(ok);
+    }
+    tpipe::mpi::detail::member_stalled().store(false);
     REQUIRE(tpipe_test::every_process(ok));
 }

@@ -299,6 +299,21 @@ TEST_CASE("a step-* that is a symbolic link is neither a checkpoint of the direc
     CHECK(fs::is_symlink(fs::path(s.run()) / "step-00000099"));
     CHECK(checkpoint_directory(elsewhere).committed() == std::vector<std::int64_t>{1});  // untouched
     CHECK(checkpoint_reader(s.run()).contents().step == 2);
+    // A save of a step whose name a link, a file or another directory holds refuses to commit
+    // and deletes none of them.
+    save(s.run(), 3, w, 1);  // a step-00000003 of this run: replaced below, as a resume does
+    save(s.run(), 3, w, 1);
+    const fs::path file = fs::path(s.run()) / "step-00000004", dir = fs::path(s.run()) / "step-00000005";
+    std::ofstream(file) << "notes";
+    fs::create_directory(dir);
+    CHECK_THROWS_WITH(save(s.run(), 98, w, 1), Catch::Contains("step-00000098\" exists and is a symbolic link; move it away"));
+    CHECK_THROWS_WITH(save(s.run(), 4, w, 1), Catch::Contains("step-00000004\" exists and is a regular file"));
+    CHECK_THROWS_WITH(save(s.run(), 5, w, 1), Catch::Contains("step-00000005\" exists and is not a checkpoint of this run"));
+    CHECK(fs::is_symlink(fs::path(s.run()) / "step-00000098"));
+    CHECK(fs::is_regular_file(file));
+    CHECK(fs::is_directory(dir));
+    CHECK(checkpoint_directory(elsewhere).committed() == std::vector<std::int64_t>{1});
+    CHECK(checkpoint_reader(s.run()).contents().step == 3);
 }
 
 TEST_CASE("a shard that is not a regular file is refused by name, without blocking", "[state][savedir]")

@@ -18,6 +18,7 @@
 // over `parent`.
 #include <mpi.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,33 @@ public:
     communicator& data() { return groups("data()").data; }
     //! The processes of this process's pipeline (the ranks of its replica and tensor rank), by rank.
     communicator& pipeline() { return groups("pipeline()").pipeline; }
+
+    //! Bounds every collective of the job's communicators (all() and this process's groups) by
+    //! `bound` (communicator::set_watchdog): one that makes no progress for `bound` fails with
+    //! tpipe::watchdog_error naming each silent process by its coordinate, "process 3 (replica 0,
+    //! rank 1, tensor rank 1)". Collective: every process calls it with the same bound. 0: none.
+    void set_watchdog(std::chrono::milliseconds bound)
+    {
+        // The watchdog names members by their rank in MPI_COMM_WORLD; the layout numbers them in all().
+        std::vector<int> mine(static_cast<std::size_t>(all_.size())), in_world(mine.size());
+        for (int p = 0; p < all_.size(); ++p) mine[static_cast<std::size_t>(p)] = p;
+        MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+        MPI_Comm_group(all_.native(), &group);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        MPI_Group_translate_ranks(group, all_.size(), mine.data(), world, in_world.data());
+        MPI_Group_free(&group);
+        MPI_Group_free(&world);
+        const bool spread = !single_process();
+        auto name_of = [in_world, spread, l = layout_](int process) {
+            for (std::size_t p = 0; p < in_world.size(); ++p)
+                if (in_world[p] == process)
+                    return "process " + std::to_string(p) + (spread ? " " + l.at(static_cast<int>(p)).text() : std::string());
+            return "process " + std::to_string(process) + " of MPI_COMM_WORLD";
+        };
+        all_.set_watchdog(bound, name_of);
+        if (groups_)
+            for (communicator* c : {&groups_->tensor, &groups_->data, &groups_->pipeline}) c->set_watchdog(bound, name_of);
+    }
 
 private:
     static tpipe::layout placed(const tpipe::axes& a, int processes)

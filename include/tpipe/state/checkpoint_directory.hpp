@@ -105,9 +105,18 @@ public:
         sync_directory(from);
         std::error_code ec;
         // The same step saved again (a resume from an older checkpoint): the old copy steps
-        // aside, so the name always points at a whole checkpoint.
+        // aside, so the name always points at a whole checkpoint. Only this run's own checkpoint
+        // is replaced: a link, a file or another directory of that name is the user's, never deleted.
         const std::string aside = root_ + "/" + name(".replaced-step-", step);
-        if (fs::exists(to, ec)) {
+        const auto there = fs::symlink_status(to, ec);
+        if (fs::exists(there) && !(fs::is_directory(there) && run_of(to) == run))
+            throw write_error("cannot commit step " + std::to_string(step) + ": \"" + to + "\" exists and is " +
+                              (fs::is_symlink(there)     ? std::string("a symbolic link")
+                               : fs::is_regular_file(there) ? std::string("a regular file")
+                               : fs::is_directory(there)    ? std::string("not a checkpoint of this run")
+                                                            : std::string(tpipe::detail::file_kind(there.type()))) +
+                              "; move it away, or save into another directory (the checkpoints committed before are whole)");
+        if (fs::exists(there)) {
             fs::remove_all(aside, ec);
             fs::rename(to, aside, ec);
             if (ec) throw write_error("cannot move \"" + to + "\" aside: " + ec.message());
