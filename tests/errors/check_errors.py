@@ -172,7 +172,9 @@ def main():
         got = lines[0] if lines else ""
         pattern = ".*".join(re.escape(part) for part in msg.split("..."))
         if argv[0] != programs["train_gpt"] and argv[0] != plan:  # mpirun: every process prints it, and
-            got = next((l for l in lines if re.fullmatch(pattern, l)), got)  # their lines may interleave
+            # their lines may interleave: a line may end with the message after another process's prefix
+            # ("train_gpt: train_gpt: the processes ..."), so the message is searched whole at a line's end
+            got = next((m.group(1) for l in lines if (m := re.fullmatch(".*?(" + pattern + ")", l))), got)
         if run.returncode == 0 or run.returncode < 0 or not re.fullmatch(pattern, got):
             print(f"FAIL [{cls}] {cmd}\n  exit status {run.returncode}\n  expected: {msg}\n  got:      {got}")
             bad += 1

@@ -1,8 +1,10 @@
 // A process that dies mid-iteration, for tests/mpi/crash_check.sh: every process runs a 1F1B
 // pipeline over MPI (one rank each); the last one fails at the forward of microbatch 1 by
 // throwing, calling exit(3), or SIGKILL (argv[1]: throw | exit | kill; uncaught: throws, and
-// the error leaves main). Each process prints
-// what it saw; the check asserts that the job ends within the watchdog time, naming the rank.
+// the error leaves main); or (stop_at_end) the run succeeds, with a 2 s watchdog on a
+// communicator, and the last process stops itself (SIGSTOP) after it, before MPI_Finalize. Each
+// process prints what it saw; the check asserts that the job ends within the watchdog time,
+// naming the rank.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/one_f_one_b.hpp"
 #include "tpipe/slice/slicers.hpp"
+#include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
 #include "tpipe/mpi/transport.hpp"
 
@@ -41,7 +44,9 @@ int main(int argc, char** argv)
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
     std::vector<dying> stages;
-    for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 ? how : std::string());
+    const bool stop_at_end = how == "stop_at_end";
+    if (stop_at_end) tpipe::mpi::communicator::world().set_watchdog(std::chrono::seconds(2));  // bounds MPI_Finalize too
+    for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 && !stop_at_end ? how : std::string());
     tpipe::uniform_pipeline<dying> pipe(std::move(stages));
     tpipe::cpu_engine eng(1);
     tpipe::run_options opts;
@@ -51,7 +56,8 @@ int main(int argc, char** argv)
     io.source = synth::source;
     try {
         r.run(io);
-        std::cout << "process " << me << ": finished\n";
+        std::cout << "process " << me << ": finished\n" << std::flush;
+        if (stop_at_end && me == n - 1) std::raise(SIGSTOP);  // after its last collective: the others wait in MPI_Finalize
         return 0;
     } catch (const std::exception& e) {
         if (how == "uncaught") throw;  // out of main: the environment ends the process with the message

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
 # within the watchdog time, and what it prints must name the failed rank.
-#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end
 set -u
 mpiexec=$1 flags=$2 exe=$3 how=$4
 start=$(date +%s)
 out=$(timeout 60 "$mpiexec" -np 2 $flags "$exe" "$how" 2>&1 </dev/null)
 rc=$?
 took=$(( $(date +%s) - start ))
+pkill -9 -f "$exe stop_at_end" 2> /dev/null  # a stopped process must not outlive the test
 echo "$out"
 echo "crash_check: '$how': exit status $rc after ${took} s"
 fail() { echo "crash_check: FAILED: $*"; exit 1; }
@@ -20,6 +21,9 @@ case $how in
   exit)  grep -Eq "rank 1|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the process that exited" ;;
   uncaught) grep -q "process 1: uncaught: rank 1 .*injected fault (throw)" <<<"$out" || fail "process 1 did not print its error"
             ! grep -q "Process received signal" <<<"$out" || fail "Open MPI's signal handler ran (std::abort)" ;;
+  stop_at_end) grep -q "process 1: finished" <<<"$out" || fail "the run did not finish before the stop"
+               grep -q "process 0: the job's other processes did not all reach MPI_Finalize within the watchdog bound (2.0 s)" <<<"$out" ||
+                 fail "process 0 did not name the wait in MPI_Finalize" ;;
   kill)  grep -Eq "rank 1 .*signal 9|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the killed process" ;;
 esac
 echo "crash_check: '$how' ok"

@@ -350,6 +350,8 @@ public:
             throw invalid_argument("tpipe::mpi::communicator::set_watchdog: the bound " + std::to_string(bound.count()) +
                                    " ms is negative; give a positive bound, or 0 for none");
         s_->watch.reset();
+        auto& largest = detail::largest_watchdog_ms();
+        for (auto m = largest.load(); bound.count() > m && !largest.compare_exchange_weak(m, bound.count());) {}
         if (bound.count() > 0) s_->watch = std::make_unique<detail::stall_watch>(s_->comm, bound, std::move(name_of));
     }
     //! The watchdog's bound (0: none).

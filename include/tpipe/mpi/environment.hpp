@@ -19,7 +19,8 @@
 //   for this process); the handler catching it prints it and calls end_job_on_error.
 // - On destruction after a communicator's watchdog gave up on a silent member
 //   (tpipe/mpi/stall_watch.hpp), it ends the job with MPI_Abort instead of MPI_Finalize, which
-//   would wait for that member.
+//   would wait for that member; with a watchdog set but none fired, the wait for the other
+//   processes before MPI_Finalize is bounded by it (finalize_within).
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
@@ -116,7 +117,7 @@ public:
             std::fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
-        MPI_Finalize();
+        finalize_within(std::chrono::milliseconds(detail::largest_watchdog_ms().load()));
     }
 
     //! The thread level MPI provides (MPI_THREAD_MULTIPLE).
@@ -127,6 +128,34 @@ public:
     progress_thread* progress() noexcept { return progress_.get(); }
 
 private:
+    //! MPI_Finalize, collective, waits for every process: one stopped after its last collective
+    //! would hang the others here. With a watchdog bound (any communicator's set_watchdog), the
+    //! processes first meet in a barrier polled for that long; past it the job ends (MPI_Abort)
+    //! naming the wait. Without one, MPI_Finalize as it is.
+    static void finalize_within(std::chrono::milliseconds bound)
+    {
+        if (bound.count() > 0) {
+            MPI_Request req = MPI_REQUEST_NULL;
+            int done = 0;
+            if (MPI_Ibarrier(MPI_COMM_WORLD, &req) == MPI_SUCCESS) {
+                const auto until = std::chrono::steady_clock::now() + bound;
+                while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done && std::chrono::steady_clock::now() < until)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+            if (!done) {
+                int me = 0;
+                MPI_Comm_rank(MPI_COMM_WORLD, &me);
+                std::fflush(stdout);
+                std::fprintf(stderr, "tpipe::mpi::environment: process %d: the job's other processes did not all reach "
+                                     "MPI_Finalize within the watchdog bound (%.1f s): one is stopped or hung; ending the job\n",
+                             me, static_cast<double>(bound.count()) / 1000.0);
+                std::fflush(stderr);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+        MPI_Finalize();
+    }
+
     environment(int* argc, char*** argv, options o)
     {
         int finalized = 0;

@@ -42,6 +42,14 @@ inline std::atomic<bool>& member_stalled() noexcept
     return flag;
 }
 
+//! The largest watchdog bound any communicator of this process was given (0: none): it bounds
+//! the wait for the other processes in tpipe::mpi::environment's MPI_Finalize too.
+inline std::atomic<std::int64_t>& largest_watchdog_ms() noexcept
+{
+    static std::atomic<std::int64_t> ms{0};
+    return ms;
+}
+
 //! Names process `p` (its rank in MPI_COMM_WORLD) in the watchdog's report.
 using process_namer = std::function<std::string(int process)>;
 
