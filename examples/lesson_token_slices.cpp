@@ -148,8 +148,10 @@ int main()
     // per microbatch keeps every sum in the same order as on whole sequences, so the weights
     // are equal bit for bit; with several rows per unit they agree up to rounding.
     std::printf("token slices 3,5,4,4 with terapipe-1f1b:\n");
+    // [snippet:slices]
     const auto sliced = train(tpipe::grid_slicer{.microbatches = 4, .lengths = {3, 5, 4, 4}}.scheme(batch),
                               tpipe::terapipe_1f1b{}, 30);
+    // [/snippet]
     std::printf("whole sequences with 1f1b:\n");
     const auto whole = train(tpipe::microbatch_slicer{.count = 4}.scheme(batch), tpipe::one_f_one_b{}, 30);
     const bool same = sliced == whole;

@@ -15,6 +15,7 @@
 
 using vec = std::vector<float>;
 
+// [snippet:stage]
 //! y = act(W x + b) for every row of a microbatch; `relu` on the hidden stage only.
 struct dense {
     using input = vec;
@@ -23,6 +24,7 @@ struct dense {
     bool relu = false;
     vec w, b, dw, db;
     std::map<int, vec> x_of, y_of;  // what backward needs, per microbatch
+    // [/snippet]
 
     dense(int in_, int out_, bool relu_, float scale) : in(in_), out(out_), relu(relu_), w(in_ * out_), b(out_)
     {
@@ -84,6 +86,7 @@ vec inputs(const tpipe::unit& u)
         for (int f = 0; f < features; ++f) x.push_back(input_at(r, f));
     return x;
 }
+// [snippet:loss]
 //! Mean squared error over the whole batch: returns dL/dy and adds the loss to `total`.
 vec loss_gradient(const tpipe::unit& u, const vec& y, double& total)
 {
@@ -95,6 +98,7 @@ vec loss_gradient(const tpipe::unit& u, const vec& y, double& total)
     }
     return dy;
 }
+// [/snippet]
 
 int main()
 {
