@@ -21,6 +21,7 @@
 #include "tpipe/plan/schedule_choice.hpp"
 #include "tpipe/plan/slicing_dp.hpp"
 #include "tpipe/plan/slicing_problem.hpp"
+#include "tpipe/plan/stage_latencies.hpp"
 #include "tpipe/plan/table_latency.hpp"
 #include "tpipe/schedule/action.hpp"
 #include "tpipe/schedule/by_name.hpp"

@@ -61,6 +61,19 @@ TEST_CASE("flag_reader refuses a repeated flag, counting the = form too", "[flag
     CHECK(refusal([&] { s.flag("--json"); }) == "--json is given 2 times; give it once");
 }
 
+TEST_CASE("flag_reader::values reads a repeatable flag in order, = form included", "[flags]")
+{
+    auto r = from_argv({"prog", "--model", "a.json", "--stages", "2", "--model=b.json", "--json"});
+    CHECK(r.values("--model") == std::vector<std::string>{"a.json", "b.json"});
+    CHECK(r.number("--stages", 1, 1, 8) == 2);
+    CHECK(r.flag("--json"));
+    CHECK_NOTHROW(r.finish());
+    auto none = from_argv({"prog"});
+    CHECK(none.values("--model").empty());
+    auto dangling = from_argv({"prog", "--model", "a.json", "--model"});
+    CHECK(refusal([&] { dangling.values("--model"); }) == "--model needs a value");
+}
+
 TEST_CASE("flag_reader refuses what no read took, listing what the command knows", "[flags]")
 {
     auto r = from_argv({"prog", "--stage", "2"});

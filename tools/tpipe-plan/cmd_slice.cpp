@@ -1,5 +1,7 @@
 // tpipe-plan slice: the exact TeraPipe slicing for a latency model, with the uniform and
-// microbatch-only alternatives priced by the same objective.
+// microbatch-only alternatives priced by the same objective. With one latency model per stage
+// (--model repeated K times) it plans with the slowest stage's model (plan/stage_latencies.hpp)
+// and prints the plan's GPipe makespan simulated with each stage priced by its own model.
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -9,6 +11,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "command.hpp"
 #include "tpipe/core/json.hpp"
@@ -20,10 +23,12 @@
 #include "tpipe/plan/presets.hpp"
 #include "tpipe/plan/schedule_choice.hpp"
 #include "tpipe/plan/slicing_dp.hpp"
+#include "tpipe/plan/stage_latencies.hpp"
 
 namespace {
 
-constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET] --stages K --seq-len L [--batch B]
+constexpr const char* usage = R"(usage: tpipe-plan slice [--model FILE.json|PRESET | --model STAGE0.json ... --model STAGE{K-1}.json]
+                        --stages K --seq-len L [--batch B]
                         [--granularity G] [--shared-cut | --per-microbatch]
                         [--max-microbatch R] [--device NAME] [--link NAME] [--tensor-parallel N]
                         [--form calibrated|roofline] [--max-partitions N]
@@ -37,6 +42,10 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
   --model            a latency model file ({"kind": "polynomial" | "table" | "analytic", ...})
                      or a built-in transformer: gpt3-1b, gpt3-13b, gpt3-44b, gpt3-175b
                      (analytic model of ceil(layers/K) layers per stage). Default: gpt3-175b.
+                     Given K times (files only), stage k's model is the k-th: the DP plans with
+                     the slowest stage's time max_k t_k (its objective T is then an upper bound on
+                     the makespan) and the plan's GPipe makespan with each stage priced by its own
+                     model is simulated and printed ("simulated"). Once or K times, no other count.
   --device           device of a built-in model: v100 (default), a100, h100, h200
   --link             link between stages of a built-in model: eth-25g, ib-hdr, ib-ndr
                      (default: the device's usual link: v100 eth-25g, a100 ib-hdr, else ib-ndr)
@@ -75,7 +84,9 @@ exactly, for a K-stage pipeline over sequences of L tokens and a batch of B rows
   --json             one JSON object: slices, microbatches, objective, t_max, solve_seconds,
                      uniform_objective, microbatch_only_objective, speedup_over_microbatch_only,
                      for an analytic model "model": every parameter it used, and "memory";
-                     with --schedule, "schedule": the DP's plan and the chosen one, simulated
+                     with --schedule, "schedule": the DP's plan and the chosen one, simulated;
+                     with one model per stage, "stage_models": the files, the schedule simulated,
+                     its makespan and each stage's busy seconds
 
 An analytic model prints the device, the link and every parameter it uses, derived ones
 included.
@@ -124,7 +135,7 @@ int run_slice(tpipe::flag_reader& a)
         std::cout << usage;
         return 0;
     }
-    const std::string model_arg = a.text("--model", "gpt3-175b");
+    const std::vector<std::string> model_args = a.values("--model");
     const auto device_arg = a.value("--device");
     const auto tp_arg = a.value("--tensor-parallel");
     const auto link_arg = a.value("--link");
@@ -158,10 +169,44 @@ int run_slice(tpipe::flag_reader& a)
     if (shared && per) throw tpipe::invalid_argument("choose one of --shared-cut and --per-microbatch, not both");
     problem.mode = per ? tpipe::cut_mode::per_microbatch : tpipe::cut_mode::shared;
 
+    const std::string model_arg = model_args.empty() ? std::string("gpt3-175b") : model_args.front();
+    // One model per stage: every file loaded, planned as the slowest stage.
+    std::optional<tpipe::slowest_stage_latency<tpipe::any_latency>> stage_models;
+    if (model_args.size() > 1) {
+        if (model_args.size() != static_cast<std::size_t>(problem.stages))
+            throw tpipe::invalid_argument("--model is given " + std::to_string(model_args.size()) +
+                                          " times with --stages " + std::to_string(problem.stages) +
+                                          "; give it once (one model for every stage) or " +
+                                          std::to_string(problem.stages) + " times (one model per stage)");
+        if (device_arg || tp_arg || link_arg || form_arg)
+            throw tpipe::invalid_argument("--device, --link, --tensor-parallel and --form apply to a built-in model; "
+                                          "with one model per stage put them in each stage's model file");
+        if (has_budget)
+            throw tpipe::invalid_argument("--memory-per-device needs one transformer's shape; it does not apply with "
+                                          "one model per stage");
+        std::vector<tpipe::any_latency> loaded;
+        for (std::size_t k = 0; k < model_args.size(); ++k) {
+            const auto& file = model_args[k];
+            if (is_model_preset(file))
+                throw tpipe::invalid_argument("--model " + file + " (stage " + std::to_string(k) +
+                                              ") is a built-in model, which plans a whole pipeline of identical "
+                                              "stages; with one model per stage give a latency model file for each");
+            if (!std::filesystem::exists(file))
+                throw tpipe::invalid_argument("--model \"" + file + "\" (stage " + std::to_string(k) +
+                                              ") is not a file");
+            loaded.push_back(tpipe::load_latency(file, tpipe::latency_context{problem.stages}));
+        }
+        stage_models.emplace(std::move(loaded));
+    }
+
     tpipe::any_latency model;
     std::string model_text;
     std::optional<tpipe::analytic_latency> analytic;
-    if (is_model_preset(model_arg)) {
+    if (stage_models) {
+        model = *stage_models;
+        model_text = std::to_string(stage_models->stages()) + " stage models, planned as the slowest stage (max_k t_k):";
+        for (const auto& f : model_args) model_text += " " + f;
+    } else if (is_model_preset(model_arg)) {
         const auto& shape = tpipe::presets::model(model_arg);
         const auto& dev = tpipe::presets::device(device_arg.value_or("v100"));
         const auto& lnk = link_arg ? tpipe::presets::link(*link_arg) : tpipe::presets::default_link(dev);
@@ -235,12 +280,22 @@ int run_slice(tpipe::flag_reader& a)
     }
     std::optional<tpipe::schedule_choice> choice;
     if (schedule) {
-                const tpipe::memory_model* mem = memory ? &*memory : nullptr;
-        choice = analytic ? tpipe::choose_by_schedule(model, problem, plan, *schedule,
-                                                      tpipe::link_priced_costs(*analytic), ranking, mem, budget)
-                          : tpipe::choose_by_schedule(model, problem, plan, *schedule, tpipe::latency_costs(model),
-                                                      ranking, mem, budget);
+        const tpipe::memory_model* mem = memory ? &*memory : nullptr;
+        if (stage_models)
+            choice = tpipe::choose_by_schedule(model, problem, plan, *schedule,
+                                               tpipe::stage_latency_costs(*stage_models), ranking, mem, budget);
+        else if (analytic)
+            choice = tpipe::choose_by_schedule(model, problem, plan, *schedule, tpipe::link_priced_costs(*analytic),
+                                               ranking, mem, budget);
+        else
+            choice = tpipe::choose_by_schedule(model, problem, plan, *schedule, tpipe::latency_costs(model), ranking,
+                                               mem, budget);
     }
+    // One model per stage: the plan's GPipe makespan with each stage priced by its own model (a
+    // third of t forward, the rest backward, transfers inside t), which the DP's T bounds above.
+    std::optional<tpipe::simulation> per_stage;
+    if (stage_models)
+        per_stage = tpipe::simulate_plan("gpipe", plan, tpipe::stage_latency_costs(*stage_models));
     const auto uniform = tpipe::best_uniform(model, problem, plan.microbatches);
     const auto gpipe = tpipe::best_microbatch_only(model, problem);
     // A plan of no time compares with nothing (0/0 would print nan): a model that predicts 0 s
@@ -274,6 +329,15 @@ int run_slice(tpipe::flag_reader& a)
                                 {"exact", plan.stats.exact},
                                 {"lower_bound", plan.stats.lower_bound}};
         if (analytic) out["model"] = tpipe::to_json(*analytic);
+        if (per_stage) {
+            tpipe::json::array files, busy;
+            for (const auto& f : model_args) files.emplace_back(f);
+            for (double b : per_stage->busy) busy.emplace_back(b);
+            out["stage_models"] = tpipe::json::object{{"files", std::move(files)},
+                                                      {"schedule", "gpipe"},
+                                                      {"simulated_makespan", per_stage->makespan},
+                                                      {"stage_busy_seconds", std::move(busy)}};
+        }
         if (memory)
             out["memory"] = tpipe::json::object{{"static_bytes", memory->static_bytes()},
                                                 {"parameters", memory->parameters()},
@@ -326,6 +390,16 @@ int run_slice(tpipe::flag_reader& a)
     std::cout << "objective         " << plan.objective << " s  (sum " << plan.sum << " s + " << problem.stages - 1
               << " x t_max)\n";
     std::cout << "t_max             " << plan.t_max << " s\n";
+    if (per_stage) {
+        std::cout << "simulated         " << per_stage->makespan << " s  (GPipe, each stage priced by its own model; "
+                  << std::fixed << std::setprecision(2) << std::showpos
+                  << 100 * (per_stage->makespan / plan.objective - 1) << std::noshowpos << std::defaultfloat
+                  << std::setprecision(6) << " % from the objective, which bounds it above)\n";
+        std::cout << "stage busy        ";
+        for (std::size_t k = 0; k < per_stage->busy.size(); ++k)
+            std::cout << (k ? ", " : "") << per_stage->busy[k] << " s";
+        std::cout << "  (stage 0 first)\n";
+    }
     std::cout << "uniform slicing   " << uniform.objective << " s  (best uniform: " << uniform.slices.front().size()
               << " slices, same microbatches)\n";
     std::cout << "microbatch-only   " << gpipe.objective << " s  (" << gpipe.microbatches.size()
@@ -368,7 +442,11 @@ int run_slice(tpipe::flag_reader& a)
         std::cout << "schedule          " << *schedule << ", " << choice->candidates.size()
                   << " plans simulated (the DP's and the best cuts of its microbatches by objective; "
                   << (choice->ranking.complete ? "all" : "not all") << " within " << 100 * ranking.within
-                  << " % of it)" << (analytic ? ", link transfers separate" : ", transfers inside t") << "\n";
+                  << " % of it)"
+                  << (analytic       ? ", link transfers separate"
+                      : stage_models ? ", each stage priced by its own model, transfers inside t"
+                                     : ", transfers inside t")
+                  << "\n";
         auto show = [&](const char* label, const tpipe::scheduled_plan& c) {
             std::cout << label << "objective " << c.plan.objective << " s, simulated " << c.makespan << " s ("
                       << std::showpos << 100 * (c.makespan / c.plan.objective - 1) << std::noshowpos << " %)";

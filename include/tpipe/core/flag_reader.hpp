@@ -1,7 +1,8 @@
 #pragma once
 // The flag reader of tpipe-plan and the example trainers (train_gpt, train_libtorch_gpt): one set
 // of rules for every command. `--name=value` is `--name value`; every flag must be known to the
-// command and given once; every value must parse completely (tpipe/core/checked.hpp: integers in
+// command and given once (unless the command reads it with values(), e.g. tpipe-plan slice's
+// --model, one per stage); every value must parse completely (tpipe/core/checked.hpp: integers in
 // range, finite numbers); a flag that does not apply to what else was asked is refused by name;
 // anything left over is an error naming it. Every refusal is a usage_error.
 #include <cstddef>
@@ -72,6 +73,23 @@ public:
                 return words_[i + 1];
             }
         return std::nullopt;
+    }
+
+    //! Every value of a flag that may be given several times (`--model a --model b`), in the
+    //! order given; empty when absent. A flag read this way may repeat ("give it once" is for the rest).
+    std::vector<std::string> values(const std::string& name)
+    {
+        known_.insert(name);
+        std::vector<std::string> out;
+        for (std::size_t i = 0; i < words_.size(); ++i)
+            if (words_[i] == name && !used_.count(i)) {
+                if (i + 1 >= words_.size()) throw usage_error(name + " needs a value");
+                used_.insert(i);
+                used_.insert(i + 1);
+                out.push_back(words_[i + 1]);
+                ++i;
+            }
+        return out;
     }
 
     std::string text(const std::string& name, std::string fallback)

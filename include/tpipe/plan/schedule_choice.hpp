@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/plan/latency_costs.hpp"
 #include "tpipe/plan/memory_model.hpp"
 #include "tpipe/plan/ranked_cuts.hpp"
 #include "tpipe/schedule/by_name.hpp"
@@ -87,6 +88,15 @@ simulation simulate_plan(std::string_view name, const slicing_plan& plan, const 
                         " places " + std::to_string(stages_per_rank(name)) + " (use gpipe, 1f1b, zb-h1, terapipe-gpipe "
                         "or terapipe-1f1b)");
     return simulate(make_schedule(name).program(topology{plan.stages}, plan.scheme()), costs);
+}
+
+//! The same with each stage priced by its own model; refuses a plan of another number of
+//! stages than there are models.
+template <latency_model M>
+simulation simulate_plan(std::string_view name, const slicing_plan& plan, const stage_latency_costs<M>& costs)
+{
+    costs.models.require_stages(plan.stages);
+    return simulate_plan<stage_latency_costs<M>>(name, plan, costs);
 }
 
 //! The DP's plan `optimum` and the near-optimal shared cuts of its microbatch partition
