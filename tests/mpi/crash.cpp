@@ -10,6 +10,8 @@
 #include <iostream>
 #include <string>
 
+#include <unistd.h>
+
 #include "../exec/pipes.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/one_f_one_b.hpp"
@@ -57,7 +59,10 @@ int main(int argc, char** argv)
     try {
         r.run(io);
         std::cout << "process " << me << ": finished\n" << std::flush;
-        if (stop_at_end && me == n - 1) std::raise(SIGSTOP);  // after its last collective: the others wait in MPI_Finalize
+        if (stop_at_end && me == n - 1) {
+            std::cout << "process " << me << ": stopping, pid " << getpid() << "\n" << std::flush;
+            std::raise(SIGSTOP);
+        }  // after its last collective: the others wait in MPI_Finalize
         return 0;
     } catch (const std::exception& e) {
         if (how == "uncaught") throw;  // out of main: the environment ends the process with the message

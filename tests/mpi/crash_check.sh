@@ -8,7 +8,8 @@ start=$(date +%s)
 out=$(timeout 60 "$mpiexec" -np 2 $flags "$exe" "$how" 2>&1 </dev/null)
 rc=$?
 took=$(( $(date +%s) - start ))
-pkill -9 -f "$exe stop_at_end" 2> /dev/null  # a stopped process must not outlive the test
+stopped=$(grep -o "stopping, pid [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+[ -n "$stopped" ] && kill -9 "$stopped" 2> /dev/null  # a stopped process must not outlive the test
 echo "$out"
 echo "crash_check: '$how': exit status $rc after ${took} s"
 fail() { echo "crash_check: FAILED: $*"; exit 1; }

@@ -39,7 +39,11 @@ weights() { grep -o '"weights_fnv":"[0-9a-f]*"' "$1" | tail -1 | cut -d'"' -f4; 
 source "$(dirname "${BASH_SOURCE[0]}")/../kill_on_progress.sh"  # newest_checkpoint
 newest() { local n; n=$(newest_checkpoint "$1"); echo "${n:-0}"; }
 
-timeout 300 "${launch[@]}" "$train" "${args[@]}" --watchdog $W > "$work/reference.log" 2>&1 ||
+# The elastic planner follows measured times, so two runs may plan two ways (and round apart):
+# the reference records its plan inputs and every run after it replays them (--plan-from).
+record=()
+[ "$kind" = elastic ] && record=(--record-plan "$work/plan.json")
+timeout 300 "${launch[@]}" "$train" "${args[@]}" --watchdog $W "${record[@]}" > "$work/reference.log" 2>&1 ||
   { cat "$work/reference.log"; fail "the reference run failed"; }
 want=$(weights "$work/reference.log")
 [ -n "$want" ] || { cat "$work/reference.log"; fail "no weights in the reference run"; }
@@ -49,9 +53,11 @@ stopped=0 reported=0
 for attempt in $(seq 1 40); do
   resume=()
   ls -d "$work"/ck/step-* > /dev/null 2>&1 && resume=(--resume "$work/ck")
+  replay=()  # a resumed run plans from the times its checkpoint saved (the replayed ones)
+  [ "$kind" = elastic ] && [ ${#resume[@]} -eq 0 ] && replay=(--plan-from "$work/plan.json")
   log="$work/run$attempt.log"
   target=$(( $(newest "$work/ck") + every * (1 + RANDOM % 2) ))
-  timeout 300 "${launch[@]}" "$train" "${args[@]}" --watchdog $W --save "$work/ck" --save-every $every --keep 2 "${resume[@]}" \
+  timeout 300 "${launch[@]}" "$train" "${args[@]}" --watchdog $W --save "$work/ck" --save-every $every --keep 2 "${resume[@]}" "${replay[@]}" \
     > "$log" 2>&1 &
   pid=$!
   victim=
