@@ -1,26 +1,7 @@
 # tpipe-plan freeze / partition / elastic: the JSON each prints has the documented shape and
 # agrees with the closed forms; bad input fails with a reason.
 # Run: cmake -DTPIPE_PLAN=path/to/tpipe-plan -DWORK_DIR=scratch-dir -P cli_check.cmake
-function(plan out)
-  execute_process(COMMAND ${TPIPE_PLAN} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "tpipe-plan ${ARGN} failed (${rc}): ${err}")
-  endif()
-  set(${out} "${text}" PARENT_SCOPE)
-endfunction()
-
-function(refused pattern)
-  execute_process(COMMAND ${TPIPE_PLAN} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
-  if(rc EQUAL 0 OR NOT err MATCHES "${pattern}")
-    message(FATAL_ERROR "tpipe-plan ${ARGN}: expected a refusal matching '${pattern}', got rc ${rc}: ${err}")
-  endif()
-endfunction()
-
-function(expect what got want)
-  if(NOT "${got}" STREQUAL "${want}")
-    message(FATAL_ERROR "${what}: got '${got}', want '${want}'")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../plan/plan_cli.cmake)
 
 # freeze: ceil(12 (1 - (2/3)^e)) = 0 4 7 9 10 11 11 12 (4 exactly at e = 1).
 plan(j freeze --layers 12 --alpha 1/3 --epochs 8 --json)

@@ -7,31 +7,13 @@ set(body ${ROOT}/tests/errors/inputs/stage_body.json)
 set(head ${ROOT}/tests/errors/inputs/stage_head.json)
 set(problem --stages 4 --seq-len 2048 --granularity 64)
 
-function(plan out)
-  execute_process(COMMAND ${TPIPE_PLAN} slice ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "tpipe-plan slice ${ARGN} failed (${rc}): ${err}")
-  endif()
-  set(${out} "${text}" PARENT_SCOPE)
-endfunction()
-
-function(refused pattern)
-  execute_process(COMMAND ${TPIPE_PLAN} slice ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
-  if(NOT rc EQUAL 2 OR NOT err MATCHES "${pattern}")
-    message(FATAL_ERROR "tpipe-plan slice ${ARGN}: expected exit 2 and a refusal matching '${pattern}', got rc ${rc}: ${err}")
-  endif()
-endfunction()
-
-function(expect what got want)
-  if(NOT "${got}" STREQUAL "${want}")
-    message(FATAL_ERROR "${what}: got '${got}', want '${want}'")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/plan_cli.cmake)
+set(REFUSAL_STATUS 2)  # a usage error
 
 # Three body stages and a head: the record, and makespan <= objective, strictly here (the head
 # is the slowest stage on the early slices, a body stage on the late ones; fill and drain run at
 # the faster stages' times).
-plan(j --model ${body} --model ${body} --model ${body} --model ${head} ${problem} --json)
+plan(j slice --model ${body} --model ${body} --model ${body} --model ${head} ${problem} --json)
 string(JSON files LENGTH "${j}" stage_models files)
 expect("stage_models.files length" "${files}" "4")
 string(JSON busy LENGTH "${j}" stage_models stage_busy_seconds)
@@ -44,21 +26,21 @@ if(NOT makespan LESS objective)
   message(FATAL_ERROR "per-stage makespan ${makespan} is not below the objective ${objective}")
 endif()
 string(JSON slices GET "${j}" slices)
-plan(one --model ${head} ${problem} --json)
+plan(one slice --model ${head} ${problem} --json)
 string(JSON head_slices GET "${one}" slices)
 if(slices STREQUAL head_slices)
   message(FATAL_ERROR "the per-stage plan ${slices} is the head-only plan; the fixture no longer has a crossover")
 endif()
 
 # The text form prints the simulated makespan next to the objective.
-plan(text --model ${body} --model ${body} --model ${body} --model ${head} ${problem})
+plan(text slice --model ${body} --model ${body} --model ${body} --model ${head} ${problem})
 if(NOT text MATCHES "\nsimulated +[0-9.e-]+ s  \\(GPipe, each stage priced by its own model; -[0-9.]+ % from the objective")
   message(FATAL_ERROR "no simulated line in:\n${text}")
 endif()
 
 # K copies of one model: the single model's plan, and the makespan is the objective.
-plan(single --model ${body} ${problem} --json)
-plan(copies --model ${body} --model ${body} --model ${body} --model ${body} ${problem} --json)
+plan(single slice --model ${body} ${problem} --json)
+plan(copies slice --model ${body} --model ${body} --model ${body} --model ${body} ${problem} --json)
 foreach(key slices microbatches objective t_max)
   string(JSON a GET "${single}" ${key})
   string(JSON b GET "${copies}" ${key})
@@ -75,10 +57,10 @@ endif()
 
 # Refusals: a count other than 1 or K, a built-in model among several, --memory-per-device.
 refused("--model is given 3 times with --stages 4; give it once \\(one model for every stage\\) or 4 times \\(one model per stage\\)"
-        --model ${body} --model ${body} --model ${head} ${problem})
+        slice --model ${body} --model ${body} --model ${head} ${problem})
 refused("--model is given 2 times with --stages 1; give it once"
-        --model ${body} --model ${head} --stages 1 --seq-len 8)
+        slice --model ${body} --model ${head} --stages 1 --seq-len 8)
 refused("--model gpt3-13b \\(stage 1\\) is a built-in model"
-        --model ${body} --model gpt3-13b --stages 2 --seq-len 8)
+        slice --model ${body} --model gpt3-13b --stages 2 --seq-len 8)
 refused("--memory-per-device needs one transformer's shape; it does not apply with one model per stage"
-        --model ${body} --model ${head} --stages 2 --seq-len 8 --memory-per-device 16GiB)
+        slice --model ${body} --model ${head} --stages 2 --seq-len 8 --memory-per-device 16GiB)

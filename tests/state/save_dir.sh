@@ -7,6 +7,7 @@
 #   save_dir.sh TRAIN_GPT [MPIEXEC "MPIEXEC_FLAGS"]
 set -u
 train=$1 mpiexec=${2:-} mpiflags=${3:-}
+data=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../examples/gpt/data" && pwd)/tiny_corpus.txt  # train_gpt's default --data
 work=$(mktemp -d)
 chmod 755 "$work"  # the mode-000 check runs as nobody
 trap 'rm -rf "$work"' EXIT
@@ -83,7 +84,11 @@ done
 if [ "$(id -u)" -eq 0 ] && command -v setpriv > /dev/null; then
   cp -r "$work/old/step-00000009" "$work/closed"
   chmod 000 "$work/closed"
-  timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$train" "${args[@]}" --steps 10 --resume "$work/closed" \
+  # The trainer and its data as copies in $work: nobody may not traverse the checkout's folders.
+  cp "$train" "$work/train_gpt"
+  cp "$data" "$work/corpus.txt"
+  timeout 30 setpriv --reuid=65534 --regid=65534 --clear-groups "$work/train_gpt" "${args[@]}" --data "$work/corpus.txt" \
+    --steps 10 --resume "$work/closed" \
     > /dev/null 2> "$work/closed.err"
   expect "a checkpoint directory of mode 000" 1 "checkpoint directory \"$work/closed\" cannot be read: Permission denied" \
     "$work/closed.err" $?

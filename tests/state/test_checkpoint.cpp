@@ -14,26 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "scratch.hpp"
 #include "tpipe/state/checkpoint_reader.hpp"
 #include "tpipe/state/checkpoint_writer.hpp"
 
 using namespace tpipe::state;
+using state_test::scratch;
 namespace fs = std::filesystem;
 
 namespace {
-
-//! A fresh directory under the system's temporary directory, removed at the end.
-struct scratch {
-    fs::path root;
-    explicit scratch(const std::string& tag)
-        : root(fs::temp_directory_path() / ("tpipe_state_" + tag + "_" + std::to_string(::getpid())))
-    {
-        fs::remove_all(root);
-        fs::create_directories(root);
-    }
-    ~scratch() { fs::remove_all(root); }
-    std::string run() const { return (root / "run").string(); }
-};
 
 std::vector<float> iota_floats(std::size_t n, float start)
 {

@@ -8,29 +8,18 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
+#include "scratch.hpp"
 #include "tpipe/core/file.hpp"
 #include "tpipe/state/checkpoint_reader.hpp"
 #include "tpipe/state/checkpoint_writer.hpp"
 
 using namespace tpipe::state;
+using state_test::scratch;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct scratch {
-    fs::path root;
-    explicit scratch(const std::string& tag)
-        : root(fs::temp_directory_path() / ("tpipe_manifest_" + tag + "_" + std::to_string(::getpid())))
-    {
-        fs::remove_all(root);
-        fs::create_directories(root);
-    }
-    ~scratch() { fs::remove_all(root); }
-    std::string run() const { return (root / "run").string(); }
-};
 
 manifest base(std::int64_t step)
 {

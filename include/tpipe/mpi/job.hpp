@@ -98,14 +98,7 @@ public:
     void set_watchdog(std::chrono::milliseconds bound)
     {
         // The watchdog names members by their rank in MPI_COMM_WORLD; the layout numbers them in all().
-        std::vector<int> mine(static_cast<std::size_t>(all_.size())), in_world(mine.size());
-        for (int p = 0; p < all_.size(); ++p) mine[static_cast<std::size_t>(p)] = p;
-        MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-        MPI_Comm_group(all_.native(), &group);
-        MPI_Comm_group(MPI_COMM_WORLD, &world);
-        MPI_Group_translate_ranks(group, all_.size(), mine.data(), world, in_world.data());
-        MPI_Group_free(&group);
-        MPI_Group_free(&world);
+        const std::vector<int> in_world = detail::world_ranks(all_.native());
         const bool spread = !single_process();
         auto name_of = [in_world, spread, l = layout_](int process) {
             for (std::size_t p = 0; p < in_world.size(); ++p)

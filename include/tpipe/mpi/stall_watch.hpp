@@ -50,6 +50,22 @@ inline std::atomic<std::int64_t>& largest_watchdog_ms() noexcept
     return ms;
 }
 
+//! The rank in MPI_COMM_WORLD of each member of `comm`, by its rank in `comm`.
+inline std::vector<int> world_ranks(MPI_Comm comm)
+{
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    std::vector<int> members(static_cast<std::size_t>(size)), out(members.size(), -1);
+    for (int m = 0; m < size; ++m) members[static_cast<std::size_t>(m)] = m;
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(comm, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_translate_ranks(mine, size, members.data(), world, out.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return out;
+}
+
 //! Names process `p` (its rank in MPI_COMM_WORLD) in the watchdog's report.
 using process_namer = std::function<std::string(int process)>;
 
@@ -62,16 +78,7 @@ public:
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm_, &me_);
         MPI_Comm_size(comm_, &size_);
-        // Members by their process (world rank), for the report.
-        MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
-        MPI_Comm_group(comm_, &mine);
-        MPI_Comm_group(MPI_COMM_WORLD, &world);
-        std::vector<int> members(static_cast<std::size_t>(size_));
-        for (int m = 0; m < size_; ++m) members[m] = m;
-        process_.assign(static_cast<std::size_t>(size_), -1);
-        MPI_Group_translate_ranks(mine, size_, members.data(), world, process_.data());
-        MPI_Group_free(&mine);
-        MPI_Group_free(&world);
+        process_ = world_ranks(comm_);  // members by their process, for the report
         answers_.resize(static_cast<std::size_t>(size_));
         post();
     }
