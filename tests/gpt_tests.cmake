@@ -54,6 +54,11 @@ if(TPIPE_BUILD_EXAMPLES)
     set_tests_properties(gpt_train_cuda_bf16 PROPERTIES TIMEOUT 300 LABELS gpu PASS_REGULAR_EXPRESSION "\"check_ok\":true"
                          SKIP_REGULAR_EXPRESSION "no usable CUDA GPU")
   endif()
+  # What the demo predicts beside its measurements (the TeraPipe iteration, the elastic intervals'
+  # and runs' samples/s), within 2x of what its runs at reduced length measure. Alone on the
+  # machine (RUN_SERIAL): a parallel test would take the cores the measurement counts on.
+  add_test(NAME gpt_predictions COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpt/predictions.sh $<TARGET_FILE:train_gpt> 2)
+  set_tests_properties(gpt_predictions PROPERTIES TIMEOUT 300 RUN_SERIAL TRUE)
   add_test(NAME gpt_train_bad_flag COMMAND train_gpt --no-such-flag)
   set_tests_properties(gpt_train_bad_flag PROPERTIES WILL_FAIL TRUE)
   add_test(NAME gpt_train_missing_data COMMAND train_gpt --data ${CMAKE_CURRENT_BINARY_DIR}/no/such/file.txt)

@@ -37,5 +37,7 @@ elastic=(--elastic --untied --layers 4 --d-model 64 --heads 4 --seq-len 64 --bat
 "$build/examples/gpt/train_gpt" "${elastic[@]}" | tee "$build/demo/elastic.txt"
 "$build/examples/gpt/train_gpt" "${elastic[@]}" --max-frozen 0 >"$build/demo/elastic_no_freezing.txt"
 rate() { sed -n 's/^elastic run: \([0-9.e+]*\) samples\/s.*/\1/p' "$1"; }
+predicted() { sed -n 's/^elastic run: .*(predicted \([0-9]*\)).*/\1/p' "$1"; }
 awk -v a="$(rate "$build/demo/elastic.txt")" -v b="$(rate "$build/demo/elastic_no_freezing.txt")" \
-  'BEGIN { printf "\nwithout freezing: %.0f samples/s; elastic: %.0f samples/s; speedup %.2fx\n", b, a, a / b }'
+  -v pa="$(predicted "$build/demo/elastic.txt")" -v pb="$(predicted "$build/demo/elastic_no_freezing.txt")" \
+  'BEGIN { printf "\nwithout freezing: %.0f samples/s (predicted %.0f); elastic: %.0f samples/s (predicted %.0f); speedup %.2fx (predicted %.2fx)\n", b, pb, a, pa, a / b, pa / pb }'

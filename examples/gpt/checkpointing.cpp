@@ -278,11 +278,13 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::elastic::replan_
     m.rng = object{{"seed", tpipe::state::checksum::to_hex(seed_)},
                    {"sampler", "epoch_sampler"},
                    {"steps_drawn", done}};
-    tpipe::json::array forward(measured_.forward.begin(), measured_.forward.end());
-    tpipe::json::array backward(measured_.backward.begin(), measured_.backward.end());
+    object seconds{{"forward", tpipe::json::array(measured_.forward.begin(), measured_.forward.end())},
+                   {"backward", tpipe::json::array(measured_.backward.begin(), measured_.backward.end())}};
+    if (!measured_.update.empty())
+        seconds.emplace("update", tpipe::json::array(measured_.update.begin(), measured_.update.end()));
     m.elastic = object{{"frozen_layers", plan.frozen},
                        {"plan", plan.to_json()},
-                       {"unit_seconds", object{{"forward", std::move(forward)}, {"backward", std::move(backward)}}},
+                       {"unit_seconds", std::move(seconds)},
                        {"cache", "not saved: a resumed run computes the frozen prefix's outputs again"}};
     m.shape = object{{"elastic", true}, {"stages", plan.stages}, {"replicas", plan.replicas}};
     tpipe::state::shard_snapshot shard("rank-0.bin");
@@ -307,11 +309,14 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
             u.forward.push_back(tpipe::checked_finite("elastic.unit_seconds.forward", x.as_number("forward seconds"), 0));
         for (const auto& x : t.at("backward").as_array("backward"))
             u.backward.push_back(tpipe::checked_finite("elastic.unit_seconds.backward", x.as_number("backward seconds"), 0));
+        if (t.contains("update"))  // the interval forecast's optimizer seconds (optional: plans do not use them)
+            for (const auto& x : t.at("update").as_array("update"))
+                u.update.push_back(tpipe::checked_finite("elastic.unit_seconds.update", x.as_number("update seconds"), 0));
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
     }
     const auto n = static_cast<std::size_t>(units);
-    if (u.forward.size() != n || u.backward.size() != n)
+    if (u.forward.size() != n || u.backward.size() != n || (!u.update.empty() && u.update.size() != n))
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
                                       " units, this model has " + std::to_string(units));
     for (const auto* times : {&u.forward, &u.backward})

@@ -43,6 +43,16 @@ std::string cuts_text(const std::vector<int>& c)
     return s.str();
 }
 
+//! Seconds as milliseconds with two decimals.
+std::string milliseconds(double seconds)
+{
+    std::ostringstream s;
+    s.setf(std::ios::fixed);
+    s.precision(2);
+    s << seconds * 1e3;
+    return s.str();
+}
+
 //! The GPT's layer cuts of a driver's stage cuts (over layers and the tail).
 std::vector<int> layer_cuts_of(const std::vector<int>& stage_cuts, int layers)
 {
@@ -77,6 +87,8 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
         o["rows_computed"] = r.rows_computed;
         o["rows_extended"] = r.rows_extended;
         o["rows_cached"] = r.rows_cached;
+        o["step_p10_s"] = r.spread.p10;
+        o["step_p90_s"] = r.spread.p90;
         o["cache_host_bytes"] = static_cast<std::int64_t>(r.cache.host_bytes);
         o["cache_disk_bytes"] = static_cast<std::int64_t>(r.cache.disk_bytes);
         std::cout << tpipe::json::dump(tpipe::json::value(std::move(o))) << std::endl;
@@ -87,7 +99,8 @@ void print_interval(const gpt::interval_report& r, const gpt::elastic_command& c
               << r.plan.replicas << " replica(s), " << r.plan.microbatches << " microbatch(es), layer cuts "
               << cuts_text(layer_cuts) << "; " << static_cast<long long>(*r.plan.measured_throughput + 0.5)
               << " samples/s (predicted " << static_cast<long long>(r.plan.predicted_throughput + 0.5) << "), loss "
-              << r.mean_loss << ", re-plan " << r.replan_seconds * 1e3 << " ms";
+              << r.mean_loss << ", steps " << milliseconds(r.spread.p10) << "-" << milliseconds(r.spread.p90)
+              << " ms (p10-p90), re-plan " << milliseconds(r.replan_seconds) << " ms";
     if (!r.plan.slices.empty()) std::cout << "; token slices " << slices_text(r.plan);
     if (r.plan.frozen > 0)
         std::cout << "; frozen rows: " << r.rows_computed << " computed, " << r.rows_extended << " extended, "
@@ -275,13 +288,15 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         return 128 + stop_signal;
     }
     if (!speaks) return 0;
-    double samples = 0;
-    for (const auto& r : res.intervals) samples += static_cast<double>(r.steps * o.batch);
+    double samples = 0, predicted_s = 0;
+    for (const auto& r : res.intervals) samples += static_cast<double>(r.steps * o.batch), predicted_s += r.predicted_seconds;
     const double per_s = res.seconds > 0 ? samples / res.seconds : 0;
+    const double predicted_per_s = predicted_s > 0 ? samples / predicted_s : 0;  // the intervals' forecasts (re-plans left out)
     tpipe::json::object summary{{"summary", true},
                                 {"steps", o.steps},
                                 {"seconds", res.seconds},
                                 {"samples_per_s", per_s},
+                                {"predicted_samples_per_s", predicted_per_s},
                                 {"last_loss", res.intervals.empty() ? tpipe::json::value(nullptr)
                                                                     : tpipe::json::value(res.intervals.back().mean_loss)},
                                 {"transport", c.transport},
@@ -299,7 +314,8 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
     }
     if (c.json) std::cout << tpipe::json::dump(tpipe::json::value(std::move(summary))) << "\n";
     else
-        std::cout << "elastic run: " << per_s << " samples/s over " << res.seconds << " s; weights "
+        std::cout << "elastic run: " << per_s << " samples/s (predicted " << static_cast<long long>(predicted_per_s + 0.5)
+                  << ") over " << res.seconds << " s; weights "
                   << fnv_hex(res.weights) << (res.replicas_identical ? ", replicas identical" : ", replicas DIFFER")
                   << (res.replans_kept_weights ? ", re-plans kept the weights" : ", a re-plan CHANGED the weights") << "\n";
     return status;

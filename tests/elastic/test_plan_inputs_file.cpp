@@ -68,6 +68,17 @@ TEST_CASE("plan inputs: replayed bit for bit, the same plans", "[elastic][plan-i
     other.measured.forward.back() *= 40;
     other.measured.backward.back() *= 40;
     REQUIRE(plans_of(other, units) != plans_of(o, units));
+    REQUIRE(replayed.measured.update.empty());  // not measured: not recorded, not invented
+
+    // The optimizer's seconds, when measured, come back too (the interval forecast prices them).
+    for (int u = 0; u < units; ++u) o.measured.update.push_back(3e-4 * std::sqrt(7.0 + u) / 11.0);
+    el::record_plan_inputs(path, o);
+    el::replay_plan_inputs(path, replayed, units, 0);
+    REQUIRE(replayed.measured.update == o.measured.update);
+    o.measured.update.pop_back();
+    el::record_plan_inputs(path, o);
+    REQUIRE_THROWS_WITH(el::replay_plan_inputs(path, replayed, units, 0),
+                        Catch::Contains("unit_seconds.update has 5 unit times; this model has 6 units"));
     std::filesystem::remove(path);
 }
 

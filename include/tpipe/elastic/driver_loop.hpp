@@ -24,6 +24,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/elastic/driver_options.hpp"
 #include "tpipe/elastic/frozen_outputs.hpp"
+#include "tpipe/elastic/interval_forecast.hpp"
 #include "tpipe/elastic/shape_planner.hpp"
 
 namespace tpipe::elastic {
@@ -57,6 +58,15 @@ inline std::vector<std::byte> flatten_state(const std::vector<std::span<std::byt
     return all;
 }
 
+//! The 10th and 90th percentiles of a run's step times (how stable a short interval's figure is).
+inline step_spread spread_of(std::vector<double> seconds)
+{
+    if (seconds.empty()) return {};
+    std::sort(seconds.begin(), seconds.end());
+    const auto at = [&](double q) { return seconds[static_cast<std::size_t>(q * static_cast<double>(seconds.size() - 1) + 0.5)]; };
+    return {at(0.1), at(0.9)};
+}
+
 template <elastic_backend Backend>
 run_report run_intervals(std::int64_t samples, const driver_options& o, const shape_planner& planner, Backend& be,
                          const std::function<void(const interval_report&)>& on_interval = {},
@@ -73,6 +83,7 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
                                                        " of " + std::to_string(o.steps) + ": nothing is left to train");
     run_report res;
     interval_shape shape;
+    cache_forecast forecast(samples, o.batch, o.seed, o.autocache);
     const auto t_run = clock::now();
     const int first_interval = static_cast<int>(start / every);
     for (int interval = first_interval; static_cast<std::int64_t>(interval) * every < o.steps; ++interval) {
@@ -102,22 +113,36 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         rep.replan_seconds = replan ? since(t_plan) : 0;
         rep.first_step = first_step;
         rep.steps = std::min((interval + 1) * every, o.steps) - first_step;
+        // The interval's forecast: its steps at the shape's pace, the frozen-prefix rows AutoCache
+        // does not hold yet (the replicas share them), one optimizer step per step.
+        const frozen_work fw = forecast.interval(first_step, rep.steps, shape.frozen, planner.measured());
+        rep.predicted_rows = fw.rows;
+        const std::int64_t planned = rep.steps;
+        rep.predicted_seconds = static_cast<double>(rep.steps) * (static_cast<double>(o.batch) / shape.predicted_throughput +
+                                                                  update_seconds(planner.measured(), shape.frozen)) +
+                                fw.seconds / shape.replicas;
         const frozen_counters rows_before = be.frozen_rows();
         const auto t0 = clock::now();
         double loss_sum = 0;
         std::int64_t done = 0;
+        std::vector<double> step_seconds;
+        step_seconds.reserve(static_cast<std::size_t>(rep.steps));
         for (std::int64_t step = rep.first_step; step < rep.first_step + rep.steps; ++step, ++done) {
             if (step > rep.first_step && o.stop && o.stop(step)) {  // the first step's was asked above
                 res.stopped_after = step;
                 break;
             }
+            const auto t_step = clock::now();
             loss_sum += be.step(step);
             if (o.after_step) o.after_step(step + 1, rep.plan);
+            step_seconds.push_back(since(t_step));
         }
         rep.steps = done;
         rep.seconds = since(t0);
         rep.mean_loss = loss_sum / static_cast<double>(rep.steps);
         rep.plan.measured_throughput = static_cast<double>(rep.steps * o.batch) / rep.seconds;
+        rep.spread = spread_of(step_seconds);
+        rep.plan.predicted_throughput = static_cast<double>(planned * o.batch) / rep.predicted_seconds;
         res.replicas_identical = be.replicas_identical() && res.replicas_identical;
         rep.cache = be.cache_stats();
         const frozen_counters rows_after = be.frozen_rows();

@@ -16,15 +16,19 @@
 #include <vector>
 
 #include "tpipe/elastic/cache.hpp"
+#include "tpipe/elastic/frozen_outputs.hpp"
 #include "tpipe/elastic/replan.hpp"
 #include "tpipe/plan/table_latency.hpp"
 #include "tpipe/slice/scheme.hpp"
 
 namespace tpipe::elastic {
 
-//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs).
+//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs), and
+//! seconds of one optimizer step over each unit's parameters (the interval forecast's; empty: not
+//! measured, priced 0; plans do not depend on it).
 struct unit_seconds {
     std::vector<double> forward, backward;
+    std::vector<double> update{};
 };
 
 //! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's
@@ -78,6 +82,11 @@ struct resume_point {
     replan_record plan;
 };
 
+//! Percentiles of an interval's step times, in seconds.
+struct step_spread {
+    double p10 = 0, p90 = 0;
+};
+
 //! One interval: its plan and what it measured.
 struct interval_report {
     replan_record plan;            //!< epoch = interval index; measured_throughput in samples/s
@@ -85,10 +94,13 @@ struct interval_report {
     std::vector<int> stage_cuts;   //!< what the replicas built (stage_request::cuts)
     tpipe::scheme units;           //!< each replica's units of one step
     double seconds = 0;            //!< training time of the interval's steps
+    double predicted_seconds = 0;  //!< forecast: steps x the shape's step, its frozen-prefix work, optimizer steps
+    step_spread spread{};          //!< how the measured steps spread
     double replan_seconds = 0;     //!< re-forming replicas, communicators and pipelines before it
     double mean_loss = 0;
     cache_stats cache{};
     std::int64_t rows_computed = 0, rows_extended = 0, rows_cached = 0;  //!< frozen-prefix rows by source
+    frozen_counters predicted_rows{};  //!< what the forecast expected of them (equal unless the run stopped early)
 };
 
 struct run_report {

@@ -12,7 +12,8 @@
 //   tpipe::elastic::replay_plan_inputs("plan.json", options, units, g);  // instead of measuring
 //
 // The file: {"format": "tpipe-elastic-plan-inputs", "version": 1, "units": N,
-//            "unit_seconds": {"forward": [N], "backward": [N]},
+//            "unit_seconds": {"forward": [N], "backward": [N], "update": [N] (optional: the interval
+//                             forecast's optimizer seconds; plans do not depend on them)},
 //            "token_slicing": null | {"granularity": G, "tables": [N x [[b, s, c, seconds], ...]]}}
 #include <cmath>
 #include <cstddef>
@@ -46,11 +47,13 @@ inline json::value plan_inputs_json(const driver_options& o)
         }
         slicing = json::object{{"granularity", o.slicing->granularity}, {"tables", std::move(tables)}};
     }
+    json::object seconds{{"forward", json::array(o.measured.forward.begin(), o.measured.forward.end())},
+                         {"backward", json::array(o.measured.backward.begin(), o.measured.backward.end())}};
+    if (!o.measured.update.empty()) seconds.emplace("update", json::array(o.measured.update.begin(), o.measured.update.end()));
     return json::object{{"format", plan_inputs_format},
                         {"version", plan_inputs_version},
                         {"units", o.measured.forward.size()},
-                        {"unit_seconds", json::object{{"forward", json::array(o.measured.forward.begin(), o.measured.forward.end())},
-                                                      {"backward", json::array(o.measured.backward.begin(), o.measured.backward.end())}}},
+                        {"unit_seconds", std::move(seconds)},
                         {"token_slicing", std::move(slicing)}};
 }
 
@@ -97,6 +100,7 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
         const auto& u = doc.at("unit_seconds");
         got.measured.forward = seconds(u.at("forward"), "unit_seconds.forward");
         got.measured.backward = seconds(u.at("backward"), "unit_seconds.backward");
+        if (u.contains("update")) got.measured.update = seconds(u.at("update"), "unit_seconds.update");
         const json::value& ts = doc.contains("token_slicing") ? doc.at("token_slicing") : json::value();
         if (ts.is_null() != (granularity == 0)) {
             if (granularity == 0)

@@ -160,11 +160,14 @@ public:
         e.unit_cuts = c;
         e.stage_cuts = c;
         e.stage_cuts.front() = plan.frozen;
-        e.predicted_throughput = plan.predicted_throughput;
         const std::int64_t share = o_.batch / D;
         if (plan.slices.empty()) {
             if (plan.microbatches < 1 || plan.microbatches > share) return std::nullopt;
             e.units = microbatch_slicer{plan.microbatches}.scheme(batch_shape{share, o_.seq_len});
+            // The shape's own pace, as complete() prices it (the record's figure is its interval's forecast).
+            e.predicted_throughput = static_cast<double>(o_.batch) /
+                                     simulate_iteration(latency_.stage_times(e.unit_cuts, e.frozen),
+                                                        static_cast<double>(share), plan.microbatches);
             return e;
         }
         std::vector<scheme::microbatch> parts;
@@ -180,6 +183,7 @@ public:
         }
         if (row != share) return std::nullopt;
         e.units = scheme(std::move(parts));
+        e.predicted_throughput = static_cast<double>(o_.batch) / slices_plan(e).objective;  // the DP's figure, as complete()
         return e;
     }
 
@@ -212,9 +216,7 @@ private:
         // The replica's share of the global batch (AutoPipe priced the whole batch on one pipeline).
         const int share = o_.batch / e.replicas;
         if (o_.slicing) {
-            const stage_token_latency t(o_.slicing->units, e.stage_cuts);
-            const auto plan = plan_slices(t, slicing_problem{.stages = e.stages, .seq_len = o_.seq_len,
-                                                             .batch = share, .granularity = o_.slicing->granularity});
+            const auto plan = slices_plan(e);
             e.units = plan.scheme();
             e.predicted_throughput = static_cast<double>(o_.batch) / plan.objective;
         } else {
@@ -223,6 +225,14 @@ private:
             e.predicted_throughput = static_cast<double>(o_.batch) / choice.iteration_seconds;
         }
         return e;
+    }
+
+    //! The TeraPipe DP's rows x token slices of one replica's share, for e's stages.
+    slicing_plan slices_plan(const interval_shape& e) const
+    {
+        const stage_token_latency t(o_.slicing->units, e.stage_cuts);
+        return plan_slices(t, slicing_problem{.stages = e.stages, .seq_len = o_.seq_len, .batch = o_.batch / e.replicas,
+                                              .granularity = o_.slicing->granularity});
     }
 
     driver_options o_;

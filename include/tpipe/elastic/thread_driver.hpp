@@ -153,13 +153,10 @@ public:
             r.model->begin_step(mine, std::move(frozen));
             r.runner->run(r.model->io());
             r.loss = r.model->finish_step();
+            r.model->optimizer_step();  // its gradients are all-reduced: the replicas step side by side
         });
         double loss = 0;
-        for (int d = 0; d < D; ++d) {
-            slot& r = *reps_[static_cast<std::size_t>(d)];
-            r.model->optimizer_step();
-            loss += r.loss / D;
-        }
+        for (int d = 0; d < D; ++d) loss += reps_[static_cast<std::size_t>(d)]->loss / D;
         return loss;
     }
 
