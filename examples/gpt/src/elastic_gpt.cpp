@@ -78,6 +78,14 @@ activation<float> elastic_gpt::run_frozen(std::int64_t id, std::optional<activat
     return prefix_->run(data_->rows(ids), from ? std::move(*from) : activation<float>{}, from_layers, to_layers);
 }
 
+namespace {
+double median_of(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+} // namespace
+
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
 {
     parameters<float> p(cfg);
@@ -93,17 +101,19 @@ unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
     unit_seconds s;
     auto best_of = [&](int l0, int l1, bool first, bool last, double& f, double& b) {
         part<float> q(p, l0, l1, first, last, threads);
-        f = b = std::numeric_limits<double>::infinity();
-        for (int rep = 0; rep < 10; ++rep) {  // the best of 10: a unit takes ~0.1 ms, one preemption is more
+        std::vector<double> fs, bs;
+        for (int rep = 0; rep < 11; ++rep) {  // the median of 11: a unit takes ~0.1 ms, one preemption is more
             q.begin(&one);
             const auto t0 = std::chrono::steady_clock::now();
             auto y = q.forward(u, first ? activation<float>{} : x);
             const auto t1 = std::chrono::steady_clock::now();
             q.backward(u, last ? activation<float>{} : activation<float>{1, seq_len, x.data});
             const auto t2 = std::chrono::steady_clock::now();
-            f = std::min(f, std::chrono::duration<double>(t1 - t0).count());
-            b = std::min(b, std::chrono::duration<double>(t2 - t1).count());
+            fs.push_back(std::chrono::duration<double>(t1 - t0).count());
+            bs.push_back(std::chrono::duration<double>(t2 - t1).count());
         }
+        f = median_of(std::move(fs));
+        b = median_of(std::move(bs));
     };
     for (int l = 0; l <= cfg.layers; ++l) {
         double f = 0, b = 0;
@@ -114,13 +124,13 @@ unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
     }
     if (!cfg.tied) {  // the elastic GPT (untied): AdamW's step, linear in the parameters, apportioned by unit
         adamw<float> opt(p, adamw_options{});
-        double step = std::numeric_limits<double>::infinity();
+        std::vector<double> steps;
         for (int rep = 0; rep < 5; ++rep) {
             const auto t0 = std::chrono::steady_clock::now();
             opt.step(p);
-            step = std::min(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
-        const double per_parameter = step / static_cast<double>(p.lay.total);
+        const double per_parameter = median_of(std::move(steps)) / static_cast<double>(p.lay.total);
         for (int l = 0; l <= cfg.layers; ++l) {
             const std::int64_t end = l < cfg.layers ? p.lay.frozen_end(l + 1) : p.lay.total;
             s.update.push_back(per_parameter * static_cast<double>(end - p.lay.frozen_end(l)));

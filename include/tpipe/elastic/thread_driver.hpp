@@ -29,6 +29,7 @@
 
 #include "tpipe/comm/thread_communicator.hpp"
 #include "tpipe/async/on_threads.hpp"
+#include "tpipe/async/thread_crew.hpp"
 #include "tpipe/elastic/driver_loop.hpp"
 #include "tpipe/elastic/freezable_model.hpp"
 #include "tpipe/elastic/sampler.hpp"
@@ -89,6 +90,7 @@ public:
             r->model->freeze(next.frozen);
         }
         groups_.clear();
+        crew_.reset();
         engine_.reset();
         const auto before = flatten_state(reps_.front()->model->trainable_state());
         // AutoDP: new replicas (holding the factory's weights), then replica 0's state to all.
@@ -110,6 +112,7 @@ public:
         shape_ = next;
         const int K = shape_.stages, D = shape_.replicas, per_stage = threads_per_stage(compute_threads(o_), K, D);
         engine_ = std::make_unique<cpu_engine>(K * D);
+        crew_ = std::make_unique<thread_crew>(static_cast<std::size_t>(D));
         if (D > 1)
             for (int s = 0; s < K; ++s) groups_.push_back(std::make_unique<thread_group>(D));
         const auto prog = make_schedule(schedule_for(shape_.units)).program(topology{.ranks = K}, shape_.units);
@@ -139,7 +142,7 @@ public:
         const int D = shape_.replicas;
         std::vector<std::vector<std::int64_t>> ids;  // drawn here: the sampler is not thread-safe
         for (int d = 0; d < D; ++d) ids.push_back(sampler_.shard(step, d, D));
-        tpipe::on_threads(static_cast<std::size_t>(D), [&](std::size_t d) {  // replicas side by side
+        crew_->run([&](std::size_t d) {  // replicas side by side
             slot& r = *reps_[d];
             const auto& mine = ids[d];
             std::vector<out_t> frozen;
@@ -208,6 +211,7 @@ private:
     epoch_sampler sampler_;
     std::unique_ptr<activation_cache<out_t>> cache_;
     std::unique_ptr<cpu_engine> engine_;  // declared before reps_: outlives the runners on it
+    std::unique_ptr<thread_crew> crew_;   // a thread per replica, for the steps
     std::vector<std::unique_ptr<slot>> reps_;
     std::vector<std::unique_ptr<thread_group>> groups_;
     interval_shape shape_;

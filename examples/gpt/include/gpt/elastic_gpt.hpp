@@ -63,7 +63,8 @@ static_assert(tpipe::elastic::process_freezable_model<elastic_gpt>);
 //! embedding is a lookup and costs nothing), the paper's proxy, the same on every process.
 std::vector<double> unit_costs(const config& cfg);
 
-//! Seconds per sample of each unit's forward and backward, measured on one sample.
+//! Seconds per sample of each unit's forward and backward, measured on one sample (the median of
+//! 11), and of AdamW's step over each unit's parameters (unit_seconds::update).
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads);
 
 //! Each unit's forward + backward time of b rows, s tokens and c context, profiled on `probe`
