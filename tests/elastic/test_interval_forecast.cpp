@@ -82,6 +82,10 @@ TEST_CASE("interval forecast: an interval's seconds are its steps at the shape's
     REQUIRE(tpipe::elastic::update_seconds(u, 3) == 0.0625 + 0.03125);
     REQUIRE(tpipe::elastic::update_seconds({{1.0}, {1.0}, {}}, 0) == 0);  // not measured: priced 0
     REQUIRE_THROWS_WITH(f.interval(16, 1, 6, u), Catch::Contains("6 frozen units of 5 measured"));
+    // Without the cache every row is computed, every epoch.
+    tpipe::elastic::cache_forecast uncached(32, 8, 1, false);
+    w = uncached.interval(0, 8, 3, u);
+    REQUIRE((w.rows.full == 64 && w.seconds == 64 * (1.0 + 2.0 + 4.0)));
 
     // In the driver: the interval that extends 1 -> 3 is predicted to take its frozen work (rows
     // x units 1 and 2, over 2 replicas) longer than the next, all cached, interval of the same shape.
