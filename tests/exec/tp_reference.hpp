@@ -38,7 +38,10 @@ result run_pipeline(std::vector<mlp_stage<Comm>> stages, int microbatches, Trans
     tpipe::run_options opts;
     opts.watchdog = std::chrono::seconds(30);
     if constexpr (std::is_same_v<Transport, tpipe::local_transport>) {
-        tpipe::cpu_engine engine(K);
+        // A loop per rank, even past the hardware threads: a stage blocks in its tensor group's
+        // sum until the same stage of the other tensor ranks' pipelines arrives, so two ranks on
+        // one loop (the default on 2 cores) could each wait for the other's turn: a deadlock.
+        tpipe::cpu_engine engine(K, tpipe::cpu_engine::options{.threads = K});
         tpipe::runner runner(pipe, prog, engine, opts);
         runner.run(io);
     } else {

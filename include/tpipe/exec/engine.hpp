@@ -54,7 +54,9 @@ concept engine = requires(E& e, int device, detail::probe_fn fn) {
 
 //! How cpu_engine drives its devices.
 struct cpu_engine_options {
-    //! Loop threads; 0: one per device, at most std::thread::hardware_concurrency().
+    //! Loop threads; 0: one per device, at most std::thread::hardware_concurrency(). Ranks on
+    //! one loop run one compute at a time: a stage whose compute blocks on another process's or
+    //! pipeline's rank (a tensor-parallel sum) needs a loop of its own, threads = devices.
     int threads = 0;
     //! The loops' idle spin; empty: cpu_engine::default_loop_options(threads).
     std::optional<loop::options> idle{};
