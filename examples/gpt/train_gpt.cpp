@@ -677,7 +677,11 @@ int main(int argc, char** argv)
         int status = 0;
 #ifdef TPIPE_GPT_MPI
         if (o.transport == "mpi") {
-            tpipe::mpi::environment env(argc, argv);
+            // --watchdog bounds the set-up too (the launch agreement, the job's communicators, the
+            // runner's agree): a process stopped before the first step is named, and the job ends.
+            tpipe::mpi::environment_options eo;
+            eo.watchdog = std::chrono::seconds(o.watchdog);
+            tpipe::mpi::environment env(argc, argv, eo);
             status = train(o);
         } else
 #endif

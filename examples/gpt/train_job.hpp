@@ -220,6 +220,11 @@ public:
 
     void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts, bool sharded)
     {
+        // The run's watchdog bounds the job's collectives from here on (the tied gradient's and
+        // the norm's sums, the loss, the checkpoint's barrier): a stopped process is named by the
+        // others and the job ends, instead of hanging in them. Not before: share() waits for
+        // process 0's TeraPipe profile, which may take longer than a step's bound.
+        job_->set_watchdog(opts.watchdog);
         std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
         for (int s = 0; s < prog.stages(); ++s)
             if (prog.stage_rank[s] == where.rank) comms[s] = replicas_;
@@ -231,10 +236,6 @@ public:
         }
         sharded_ = sharded && D_ > 1;
         runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
-        // The run's watchdog bounds the collectives after it too (the tied gradient's and the
-        // norm's sums, the loss, the checkpoint's barrier): a stopped process is named by the
-        // others and the job ends, instead of hanging in them.
-        job_->set_watchdog(opts.watchdog);
     }
 
     //! One step of this process's rank; returns the mean loss over every replica.

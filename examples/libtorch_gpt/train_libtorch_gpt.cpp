@@ -5,6 +5,7 @@
 //   train_libtorch_gpt --elastic --devices 2 --epochs 3 --check      (PipeTransformer)
 //
 // Exit status: 0 ok, 1 failure, 2 bad flags, 3 --check found a difference from plain libtorch.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -61,7 +62,7 @@ const char* usage_text =
     "  --check-tol X     relative tolerance of --check (default 1e-5; with --elastic, derived from the run's\n"
     "                    plans: float32 epsilon x the partial sums regrouped over all steps, docs/elastic.md)\n"
     "  --watchdog S      stop a step that makes no progress for S seconds, naming what every rank waits for\n"
-    "                    (default 60; 0: never)\n"
+    "                    (default 60; 0: never); under MPI it also bounds the set-up before the first step\n"
     "  --save DIR        save checkpoints under DIR (DIR/step-NNNNNNNN/: each stage's parameters and AdamW\n"
     "                    state, written by the process that runs it, committed by one atomic rename)\n"
     "  --save-every N    --save: a checkpoint every N steps (written in the background during the next step)\n"
@@ -356,7 +357,12 @@ int main(int argc, char** argv)
         tpipe_examples::refuse_independent_copies("train_libtorch_gpt", f.o.transport);
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         if (f.o.transport == "mpi") {
-            tpipe::mpi::environment env(argc, argv, {.progress = f.mpi_progress});
+            // --watchdog bounds the set-up too (the launch agreement, the job's communicators, the
+            // runner's agree): a process stopped before the first step is named, and the job ends.
+            tpipe::mpi::environment_options eo;
+            eo.progress = f.mpi_progress;
+            eo.watchdog = std::chrono::seconds(f.o.watchdog);
+            tpipe::mpi::environment env(argc, argv, eo);
             // Before the first step: every process must have been launched alike.
             tpipe::mpi::agree(MPI_COMM_WORLD, launch_fingerprint(f).text(), "");
             return run(f);

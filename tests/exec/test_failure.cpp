@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipes.hpp"
+#include "tpipe/exec/composed_transport.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
@@ -300,5 +301,83 @@ TEST_CASE("run_options::stop ends the iteration on every rank with stopped_error
         tpipe::io_for<decltype(again)> clean;
         clean.source = synth::source;
         CHECK_NOTHROW(tpipe::runner(again, prog, eng, fresh).run(clean));
+    }
+}
+
+namespace {
+//! A transport that records the watchdog's reports (stalled), as tpipe::mpi::transport reports
+//! them; every rank runs here. Between makes the channels between processes (none here), Within
+//! those inside the process.
+struct stall_recording : tpipe::local_transport {
+    template <class T>
+    using channel_type = tpipe::local_channel<T>;
+    std::vector<std::string> reports;
+    void stalled(const std::string& report) { reports.push_back(report); }
+};
+struct recording_between : stall_recording {
+    template <class T>
+    std::unique_ptr<tpipe::local_channel<T>> connect(const tpipe::endpoint& e)
+    {
+        return std::make_unique<tpipe::local_channel<T>>(e.tags);
+    }
+};
+struct recording_within : stall_recording {
+    static constexpr bool tpipe_local_connecting_transport = true;
+    template <class T>
+    std::unique_ptr<tpipe::local_channel<T>> connect_local(const tpipe::endpoint& e)
+    {
+        return std::make_unique<tpipe::local_channel<T>>(e.tags);
+    }
+};
+//! Between without stalled(): the composed transport forwards to Within alone.
+struct silent_between : tpipe::local_transport {
+    template <class T>
+    using channel_type = tpipe::local_channel<T>;
+    template <class T>
+    std::unique_ptr<tpipe::local_channel<T>> connect(const tpipe::endpoint& e)
+    {
+        return std::make_unique<tpipe::local_channel<T>>(e.tags);
+    }
+};
+} // namespace
+
+TEST_CASE("a composed transport passes the watchdog's report to both of its transports", "[exec][failure][watchdog]")
+{
+    // The program of the watchdog test above: rank 0 never sends its forward output.
+    tpipe::program p;
+    p.ranks = 2;
+    p.stage_rank = {0, 1};
+    p.units = tpipe::microbatches(1);
+    p.actions = {{tpipe::parse_action("0F0"), tpipe::parse_action("0RECV_B0"), tpipe::parse_action("0B0")},
+                 {tpipe::parse_action("1RECV_F0"), tpipe::parse_action("1F0"), tpipe::parse_action("1B0"),
+                  tpipe::parse_action("1SEND_B0")}};
+    tpipe::cpu_engine eng(2);
+    tpipe::run_options opts;
+    opts.validate = false;
+    opts.watchdog = std::chrono::milliseconds(200);
+    {
+        auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = synth::source;
+        recording_between between;
+        recording_within within;
+        tpipe::composed_transport x(between, within);
+        tpipe::runner r(pipe, p, eng, x, opts);
+        CHECK_THROWS_AS(r.run(io), tpipe::watchdog_error);
+        REQUIRE(between.reports.size() == 1);
+        REQUIRE(within.reports.size() == 1);
+        CHECK(contains(between.reports[0], "rank 1 (device 1) waits at action #1 '1F0' for '0SEND_F0' from rank 0"));
+        CHECK(within.reports[0] == between.reports[0]);
+    }
+    {
+        auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = synth::source;
+        silent_between between;
+        recording_within within;
+        tpipe::composed_transport x(between, within);
+        tpipe::runner r(pipe, p, eng, x, opts);
+        CHECK_THROWS_AS(r.run(io), tpipe::watchdog_error);
+        CHECK(within.reports.size() == 1);
     }
 }

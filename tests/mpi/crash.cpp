@@ -2,9 +2,12 @@
 // pipeline over MPI (one rank each); the last one fails at the forward of microbatch 1 by
 // throwing, calling exit(3), or SIGKILL (argv[1]: throw | exit | kill; uncaught: throws, and
 // the error leaves main); or (stop_at_end) the run succeeds, with a 2 s watchdog on a
-// communicator, and the last process stops itself (SIGSTOP) after it, before MPI_Finalize. Each
-// process prints what it saw; the check asserts that the job ends within the watchdog time,
-// naming the rank.
+// communicator, and the last process stops itself (SIGSTOP) after it, before MPI_Finalize; or
+// (stop_before_STEP) the environment bounds set-up by 2 s and the last process stops itself
+// before one set-up step: launch (a launch agreement, tpipe::mpi::agree), world (a communicator
+// of every process), split (its split), transport (the transport's layout agreement) or runner
+// (the runner's agree). Each process prints what it saw; the check asserts that the job ends
+// within the watchdog time, naming the rank.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -16,6 +19,7 @@
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/one_f_one_b.hpp"
 #include "tpipe/slice/slicers.hpp"
+#include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
 #include "tpipe/mpi/transport.hpp"
@@ -39,34 +43,57 @@ struct dying : synth::stage<false> {
 
 int main(int argc, char** argv)
 {
-    tpipe::mpi::environment env(argc, argv);
     const std::string how = argc > 1 ? argv[1] : "throw";
+    const bool in_setup = how.starts_with("stop_before_");
+    tpipe::mpi::environment_options eo;
+    if (in_setup) eo.watchdog = std::chrono::seconds(2);
+    tpipe::mpi::environment env(argc, argv, eo);
     int me = 0, n = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
-    std::vector<dying> stages;
-    const bool stop_at_end = how == "stop_at_end";
-    if (stop_at_end) tpipe::mpi::communicator::world().set_watchdog(std::chrono::seconds(2));  // bounds MPI_Finalize too
-    for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 && !stop_at_end ? how : std::string());
-    tpipe::uniform_pipeline<dying> pipe(std::move(stages));
-    tpipe::cpu_engine eng(1);
-    tpipe::run_options opts;
-    opts.watchdog = std::chrono::seconds(5);
-    tpipe::runner r(pipe, tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(2 * n)), eng, x, opts);
-    tpipe::io_for<decltype(pipe)> io;
-    io.source = synth::source;
+    // The last process stops itself before set-up step `step` (stop_before_<step>).
+    auto stop_before = [&](const char* step) {
+        if (how != std::string("stop_before_") + step || me != n - 1) return;
+        std::cout << "process " << me << ": stopping before " << step << ", pid " << getpid() << "\n" << std::flush;
+        std::raise(SIGSTOP);
+    };
     try {
-        r.run(io);
-        std::cout << "process " << me << ": finished\n" << std::flush;
-        if (stop_at_end && me == n - 1) {
-            std::cout << "process " << me << ": stopping, pid " << getpid() << "\n" << std::flush;
-            std::raise(SIGSTOP);
-        }  // after its last collective: the others wait in MPI_Finalize
-        return 0;
-    } catch (const std::exception& e) {
-        if (how == "uncaught") throw;  // out of main: the environment ends the process with the message
+        stop_before("launch");
+        tpipe::mpi::agree(MPI_COMM_WORLD, "crash test " + how, "");
+        stop_before("world");
+        auto world = tpipe::mpi::communicator::world();
+        stop_before("split");
+        auto halves = world.split(me % 2, me);
+        stop_before("transport");
+        tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
+        std::vector<dying> stages;
+        const bool stop_at_end = how == "stop_at_end";
+        if (stop_at_end) world.set_watchdog(std::chrono::seconds(2));  // bounds MPI_Finalize too
+        for (int i = 0; i < n; ++i) stages.emplace_back(i, i == n - 1 && !stop_at_end && !in_setup ? how : std::string());
+        tpipe::uniform_pipeline<dying> pipe(std::move(stages));
+        tpipe::cpu_engine eng(1);
+        tpipe::run_options opts;
+        opts.watchdog = std::chrono::seconds(5);
+        stop_before("runner");
+        tpipe::runner r(pipe, tpipe::one_f_one_b{}.program(tpipe::topology{n}, tpipe::microbatches(2 * n)), eng, x, opts);
+        tpipe::io_for<decltype(pipe)> io;
+        io.source = synth::source;
+        try {
+            r.run(io);
+            std::cout << "process " << me << ": finished\n" << std::flush;
+            if (stop_at_end && me == n - 1) {
+                std::cout << "process " << me << ": stopping, pid " << getpid() << "\n" << std::flush;
+                std::raise(SIGSTOP);
+            }  // after its last collective: the others wait in MPI_Finalize
+            return 0;
+        } catch (const std::exception& e) {
+            if (how == "uncaught") throw;  // out of main: the environment ends the process with the message
+            std::cout << "process " << me << ": " << e.what() << "\n" << std::flush;
+            return 1;
+        }
+    } catch (const tpipe::watchdog_error& e) {  // in set-up: a process did not arrive
         std::cout << "process " << me << ": " << e.what() << "\n" << std::flush;
+        tpipe::mpi::end_job_on_error(1);
         return 1;
     }
 }

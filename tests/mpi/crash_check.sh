@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
 # within the watchdog time, and what it prints must name the failed rank.
-#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end|stop_before_STEP
 set -u
 mpiexec=$1 flags=$2 exe=$3 how=$4
 start=$(date +%s)
 out=$(timeout 60 "$mpiexec" -np 2 $flags "$exe" "$how" 2>&1 </dev/null)
 rc=$?
 took=$(( $(date +%s) - start ))
-stopped=$(grep -o "stopping, pid [0-9]*" <<<"$out" | grep -o "[0-9]*$")
+stopped=$(grep -o "stopping.*, pid [0-9]*" <<<"$out" | grep -o "[0-9]*$")
 [ -n "$stopped" ] && kill -9 "$stopped" 2> /dev/null  # a stopped process must not outlive the test
 echo "$out"
 echo "crash_check: '$how': exit status $rc after ${took} s"
@@ -25,6 +25,20 @@ case $how in
   stop_at_end) grep -q "process 1: finished" <<<"$out" || fail "the run did not finish before the stop"
                grep -q "process 0: the job's other processes did not all reach MPI_Finalize within the watchdog bound (2.0 s)" <<<"$out" ||
                  fail "process 0 did not name the wait in MPI_Finalize" ;;
+  stop_before_*)
+         step=${how#stop_before_}
+         case $step in
+           launch) waits="tpipe::mpi::agree" ;;
+           world) waits="tpipe::mpi::communicator (MPI_Comm_dup)" ;;
+           split) waits="tpipe::mpi::communicator::split" ;;
+           transport) waits="tpipe::mpi::transport (the layout agreement)" ;;
+           runner) waits="tpipe::mpi::transport::agree (the runner's program)" ;;
+           *) fail "unknown set-up step '$step'" ;;
+         esac
+         grep -q "process 1: stopping before $step" <<<"$out" || fail "process 1 did not stop before $step"
+         grep -Fq "process 0: watchdog: process 0 waits in $waits #" <<<"$out" || fail "process 0 did not name its wait in $waits"
+         grep -Eq "made no progress for 2\.[0-9] s \(the bound is 2\.0 s\); process 1 is silent: not in this collective" <<<"$out" ||
+           fail "process 0 did not name process 1 as silent within the bound" ;;
   kill)  grep -Eq "rank 1 .*signal 9|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the killed process" ;;
 esac
 echo "crash_check: '$how' ok"

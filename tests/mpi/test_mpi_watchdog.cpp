@@ -1,7 +1,9 @@
 // tpipe::mpi::communicator::set_watchdog (and mpi::job::set_watchdog) under mpiexec -np 2, 3, 4: a member that does not come
 // to a collective (here: it sleeps, as a stopped process would, polling nothing) makes every other
 // member's collective fail within the bound, naming it as silent and the others as waiting; a
-// member that comes late but within the bound does not; split and duplicate inherit the bound.
+// member that comes late but within the bound does not; split and duplicate inherit the bound;
+// with a set-up bound (environment_options::watchdog) a member that does not come to a split is
+// named alike.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -15,7 +17,9 @@
 #include "tpipe/async/task.hpp"
 #include "tpipe/exec/errors.hpp"
 #include "tpipe/mpi/communicator.hpp"
+#include "tpipe/mpi/environment.hpp"
 #include "tpipe/mpi/job.hpp"
+#include "tpipe/mpi/setup_watch.hpp"
 
 using tpipe::task;
 using tpipe::mpi::communicator;
@@ -130,4 +134,67 @@ TEST_CASE("watchdog: mpi::job::set_watchdog arms every group of the job and name
     }
     tpipe::mpi::detail::member_stalled().store(false);
     REQUIRE(tpipe_test::every_process(ok));
+}
+
+TEST_CASE("watchdog: with a set-up bound, a member that does not come to a split is named within it", "[mpi][watchdog][setup]")
+{
+    communicator world = communicator::world();
+    communicator c = world.duplicate();
+    const auto bound = 1000ms;
+    MPI_Comm notes = MPI_COMM_NULL;  // what environment_options::watchdog does
+    MPI_Comm_dup(MPI_COMM_WORLD, &notes);
+    tpipe::mpi::detail::bound_setup(notes, bound);
+    const int silent = c.size() - 1;
+    bool ok = true;
+    // Late by less than the bound: no stall.
+    if (c.rank() == 0) std::this_thread::sleep_for(300ms);
+    try {
+        communicator halves = c.split(c.rank() % 2, c.rank());
+        ok = halves.size() == (c.size() + 1 - c.rank() % 2) / 2;
+    } catch (const tpipe::error& e) {
+        INFO(e.what());
+        ok = false;
+    }
+    CHECK(ok);
+    if (c.rank() == silent) {
+        // Past everyone's bound; then it completes the barrier the others left to MPI (the
+        // split's arrival check, an MPI_Ibarrier, which only a nonblocking barrier matches)
+        // without splitting.
+        std::this_thread::sleep_for(bound + 2000ms);
+        MPI_Request r = MPI_REQUEST_NULL;
+        MPI_Ibarrier(c.native(), &r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+    } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string what;
+        try {
+            communicator never = c.split(0, c.rank());
+        } catch (const tpipe::watchdog_error& e) {
+            what = e.what();
+        }
+        const auto took = std::chrono::steady_clock::now() - t0;
+        INFO(what);
+        bool named = took >= bound && took < bound + 1000ms && contains(what, "process " + std::to_string(silent) + " is silent") &&
+                     contains(what, "process " + std::to_string(c.rank()) + " waits in tpipe::mpi::communicator::split #");
+        for (int m = 0; m < c.size() - 1; ++m)  // every other waiting member answered, and said where it waits
+            if (m != c.rank()) named = named && contains(what, "process " + std::to_string(m) + " waits in tpipe::mpi::communicator::split #");
+        CHECK(named);
+        ok = ok && named;
+    }
+    tpipe::mpi::detail::unbound_setup();
+    tpipe::mpi::detail::member_stalled().store(false);  // the suite goes on: the silent member came after all
+    REQUIRE(tpipe_test::every_process(ok));
+}
+
+TEST_CASE("watchdog: the environment refuses a negative set-up bound", "[mpi][watchdog][setup]")
+{
+    tpipe::mpi::environment_options o;
+    o.watchdog = -5ms;
+    bool refused = false;
+    try {
+        tpipe::mpi::environment again(o);  // MPI is up (the suite's): it would only check the thread level
+    } catch (const tpipe::invalid_argument& e) {
+        refused = contains(e.what(), "tpipe::mpi::environment: the watchdog bound -5 ms is negative; give a positive bound, or 0 for none");
+    }
+    REQUIRE(tpipe_test::every_process(refused));
 }

@@ -13,7 +13,8 @@
 //   tpipe::runner r(pipe, prog, eng, x);
 //
 // The control plane is Between's: which ranks run here, where the others run, agree() and
-// fail(); failure() also reports Within's. It carries the payload types Between carries; one that
+// fail(); failure() also reports Within's, and stalled(report) (the runner's watchdog fired) goes
+// to both. It carries the payload types Between carries; one that
 // Within does not carry moves between two ranks of this process through a tpipe::local_channel,
 // as with any transport. Channels are tpipe::any_channel (one virtual call per operation); the
 // runner is unchanged. Both transports are referenced, not owned: they outlive this one.
@@ -52,6 +53,13 @@ public:
     {
         if (auto f = between_.failure()) return f;
         return within_.failure();
+    }
+    //! The runner's watchdog fired: both transports hear it (Between's, tpipe::mpi::transport,
+    //! reports it and has the environment end the job, since another process may be stopped).
+    void stalled(const std::string& report)
+    {
+        if constexpr (requires { between_.stalled(report); }) between_.stalled(report);
+        if constexpr (requires { within_.stalled(report); }) within_.stalled(report);
     }
 
     //! A boundary whose other end runs in another process: Between's channel.

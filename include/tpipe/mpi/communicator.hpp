@@ -29,7 +29,8 @@
 // - send/recv: MPI_Isend/MPI_Irecv of bytes, posted when send()/recv() is called (so a receive
 //   can be posted early and awaited later); the bytes must stay valid until the awaitable has
 //   completed. At most INT_MAX bytes per message. recv checks the received size.
-// - split: MPI_Comm_split, blocking, for setup.
+// - split: MPI_Comm_split, blocking, for setup. Construction, duplicate() and split() are
+//   bounded by environment_options::watchdog (tpipe/mpi/setup_watch.hpp).
 // - Once reset's stop token is stopped, or after cancel() (any thread): pending and future
 //   operations of this member resume with tpipe::operation_cancelled. Receives and sends are
 //   MPI_Cancel'ed (see request_wait). A collective in progress cannot be cancelled in MPI: the
@@ -76,6 +77,7 @@
 #include "tpipe/mpi/rank_order_all_reduce.hpp"
 #include "tpipe/mpi/request.hpp"
 #include "tpipe/mpi/ring_all_reduce.hpp"
+#include "tpipe/mpi/setup_watch.hpp"
 #include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
@@ -228,7 +230,7 @@ public:
     //! Duplicates `parent` (a collective over it); the caller keeps ownership of `parent`.
     explicit communicator(MPI_Comm parent) : s_(std::make_unique<detail::comm_state>())
     {
-        check(MPI_Comm_dup(parent, &s_->comm), "MPI_Comm_dup");
+        s_->comm = detail::setup_dup(parent, "tpipe::mpi::communicator (MPI_Comm_dup)");
         init();
     }
     communicator(communicator&&) noexcept = default;
@@ -322,6 +324,9 @@ public:
         if (color < 0)
             throw invalid_argument("tpipe::mpi::communicator::split: color " + std::to_string(color) + " on rank " +
                                    std::to_string(rank()) + " is negative; colors must be >= 0 (and every rank calls split)");
+        // MPI_Comm_split has no nonblocking form: with a set-up bound, first make sure every
+        // member has arrived (a member stopped before it would hang the others in it).
+        detail::setup_arrive(s_->comm, "tpipe::mpi::communicator::split");
         MPI_Comm c = MPI_COMM_NULL;
         check(MPI_Comm_split(s_->comm, color, key, &c), "MPI_Comm_split");
         communicator out(c, adopt{});
@@ -352,7 +357,9 @@ public:
         s_->watch.reset();
         auto& largest = detail::largest_watchdog_ms();
         for (auto m = largest.load(); bound.count() > m && !largest.compare_exchange_weak(m, bound.count());) {}
-        if (bound.count() > 0) s_->watch = std::make_unique<detail::stall_watch>(s_->comm, bound, std::move(name_of));
+        if (bound.count() > 0)
+            s_->watch = std::make_unique<detail::stall_watch>(
+                detail::setup_dup(s_->comm, "tpipe::mpi::communicator::set_watchdog (MPI_Comm_dup)"), bound, std::move(name_of));
     }
     //! The watchdog's bound (0: none).
     std::chrono::milliseconds watchdog() const noexcept { return s_->watch ? s_->watch->bound() : std::chrono::milliseconds(0); }
@@ -400,7 +407,7 @@ private:
     void init()
     {
         check(MPI_Comm_set_errhandler(s_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-        check(MPI_Comm_dup(s_->comm, &s_->ring_comm), "MPI_Comm_dup");
+        s_->ring_comm = detail::setup_dup(s_->comm, "tpipe::mpi::communicator (MPI_Comm_dup)");
         check(MPI_Comm_rank(s_->comm, &s_->rank), "MPI_Comm_rank");
         check(MPI_Comm_size(s_->comm, &s_->size), "MPI_Comm_size");
     }

@@ -21,6 +21,8 @@
 //   (tpipe/mpi/stall_watch.hpp), it ends the job with MPI_Abort instead of MPI_Finalize, which
 //   would wait for that member; with a watchdog set but none fired, the wait for the other
 //   processes before MPI_Finalize is bounded by it (finalize_within).
+// - options::watchdog bounds the blocking set-up collectives (tpipe/mpi/setup_watch.hpp): a
+//   process stopped before the first step is named, and the job ends, instead of hanging.
 // - tpipe's communicators (tpipe/mpi/communicator.hpp) are duplicates with MPI_ERRORS_RETURN;
 //   failed calls become tpipe::mpi::mpi_error (tpipe/mpi/mpi_error.hpp, tpipe::mpi::check).
 #include <mpi.h>
@@ -37,6 +39,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
+#include "tpipe/mpi/setup_watch.hpp"
 #include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
@@ -90,6 +93,13 @@ struct environment_options {
     //! rendezvous transfers over TCP during long computes (docs/communicators.md).
     std::optional<bool> progress;
     std::chrono::microseconds progress_interval{50};
+    //! Bounds the blocking set-up before a communicator has a watchdog of its own (0: none): the
+    //! launch agreement (tpipe::mpi::agree), transports (their layout agreement, the runner's
+    //! agree), communicators' construction, duplicate(), split() and set_watchdog(). A process
+    //! that does not arrive within it is named by the others (tpipe::watchdog_error) and the job
+    //! ends (tpipe/mpi/setup_watch.hpp); MPI_Finalize is bounded by it too. Give it the bound of
+    //! the job's communicators' watchdog.
+    std::chrono::milliseconds watchdog{0};
 };
 
 class environment {
@@ -109,14 +119,16 @@ public:
     {
         std::set_terminate(previous_terminate_);
         progress_.reset();
-        if (!owns_ || std::uncaught_exceptions() > uncaught_at_start_) return;
+        if (std::uncaught_exceptions() > uncaught_at_start_) return;
         // A communicator's watchdog gave up on a member (a stopped process): MPI_Finalize would
         // wait for it.
-        if (detail::member_stalled().load(std::memory_order_relaxed)) {
+        if (owns_ && detail::member_stalled().load(std::memory_order_relaxed)) {
             std::fflush(stdout);
             std::fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
+        if (watches_setup_) detail::unbound_setup();  // its notes' communicator goes before MPI_Finalize
+        if (!owns_) return;
         finalize_within(std::chrono::milliseconds(detail::largest_watchdog_ms().load()));
     }
 
@@ -177,6 +189,15 @@ private:
                                "built with thread support (Open MPI: --enable-mpi-thread-multiple, the default since 3.0)" +
                                (owns_ ? "" : ", and initialise it with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)"));
         }
+        if (o.watchdog.count() < 0)
+            throw invalid_argument("tpipe::mpi::environment: the watchdog bound " + std::to_string(o.watchdog.count()) +
+                                   " ms is negative; give a positive bound, or 0 for none");
+        // Every process makes the set-up watchdog's notes communicator, whatever its bound: a
+        // collective made by some processes only would hang the others.
+        MPI_Comm notes = MPI_COMM_NULL;
+        check(MPI_Comm_dup(MPI_COMM_WORLD, &notes), "MPI_Comm_dup (set-up watchdog notes)");
+        detail::bound_setup(notes, o.watchdog);
+        watches_setup_ = o.watchdog.count() > 0;
         if (o.progress.value_or(spare_core())) progress_ = std::make_unique<progress_thread>(o.progress_interval);
         previous_terminate_ = std::set_terminate(&detail::end_process_on_uncaught);
     }
@@ -195,6 +216,7 @@ private:
     //! thread then shares its rank's core, as measured).
     static bool spare_core()
     {
+        detail::setup_arrive(MPI_COMM_WORLD, "tpipe::mpi::environment (MPI_Comm_split_type)");
         MPI_Comm node = MPI_COMM_NULL;
         int here = 1;
         if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
@@ -206,6 +228,7 @@ private:
 
     int provided_ = MPI_THREAD_SINGLE;
     bool owns_ = false;
+    bool watches_setup_ = false;
     int uncaught_at_start_ = std::uncaught_exceptions();
     std::unique_ptr<progress_thread> progress_;
     std::terminate_handler previous_terminate_ = nullptr;

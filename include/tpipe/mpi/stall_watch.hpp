@@ -71,10 +71,12 @@ using process_namer = std::function<std::string(int process)>;
 
 class stall_watch {
 public:
-    stall_watch(MPI_Comm comm, std::chrono::milliseconds bound, process_namer name_of)
-        : bound_(bound), grace_(std::min<std::chrono::milliseconds>(bound / 5, std::chrono::seconds(2))), name_of_(std::move(name_of))
+    //! Takes `notes`, a private duplicate of the communicator it watches (the caller made it:
+    //! the duplicate is itself a collective, bounded in set-up, tpipe/mpi/setup_watch.hpp).
+    stall_watch(MPI_Comm notes, std::chrono::milliseconds bound, process_namer name_of)
+        : bound_(bound), grace_(std::min<std::chrono::milliseconds>(bound / 5, std::chrono::seconds(2))), name_of_(std::move(name_of)),
+          comm_(notes)
     {
-        check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup (watchdog notes)");
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm_, &me_);
         MPI_Comm_size(comm_, &size_);

@@ -12,6 +12,8 @@
 // Construction is collective over `comm` (every process constructs its transports in the same
 // order) and refuses a job whose size is not the layout's process count, with the same message
 // on every process. agree() (called by the runner) compares the processes' configurations.
+// Both, like every set-up collective, are bounded by environment_options::watchdog
+// (tpipe/mpi/setup_watch.hpp).
 // fail() tells every other process that this one's iteration failed; failure() polls for that.
 #include <mpi.h>
 
@@ -28,6 +30,7 @@
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/setup_watch.hpp"
 #include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
@@ -55,7 +58,8 @@ public:
         // First, the layout: processes that disagree on it would otherwise refuse the job on some
         // processes only and leave the others waiting in the next collective.
         mpi::agree(comm, fingerprint().add("tensor ranks", l.tensor_ranks()).add("pipeline ranks", l.pipeline_ranks())
-                             .add("replicas", l.replicas()).add("processes", l.processes()).text(), "mpi::transport");
+                             .add("replicas", l.replicas()).add("processes", l.processes()).text(), "mpi::transport",
+                   "tpipe::mpi::transport (the layout agreement)");
         if (size_ != l.processes())
             throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the layout (" +
                                    l.sizes().text() + ") is laid out over " + std::to_string(l.processes()) +
@@ -66,8 +70,8 @@ public:
         if (p.tensor_rank < 0 || p.tensor_rank >= l.tensor_ranks())
             throw invalid_argument("mpi::transport: tensor rank " + std::to_string(p.tensor_rank) + " is outside [0, " +
                                    std::to_string(l.tensor_ranks()) + ")");
-        check(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup (pipeline payloads)");
-        check(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup (failure notices)");
+        data_ = detail::setup_dup(comm, "tpipe::mpi::transport (MPI_Comm_dup, pipeline payloads)");
+        control_ = detail::setup_dup(comm, "tpipe::mpi::transport (MPI_Comm_dup, failure notices)");
         MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
         MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
         int flag = 0;
@@ -116,7 +120,10 @@ public:
 
     //! Collective: every process passes its configuration; all throw the same error if they differ
     //! (tpipe/mpi/agree.hpp: naming the first differing field and the processes on each side).
-    void agree(const std::string& text) { mpi::agree(control_, text, "mpi::transport"); }
+    void agree(const std::string& text)
+    {
+        mpi::agree(control_, text, "mpi::transport", "tpipe::mpi::transport::agree (the runner's program)");
+    }
 
     //! Tells every other process that this one's iteration failed (never blocks).
     void fail(const std::string& message)

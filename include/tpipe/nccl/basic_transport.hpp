@@ -10,9 +10,9 @@
 //   tpipe::nccl::transport x(control, pool, id);                 // collective: NCCL init
 //   tpipe::runner r(pipe, prog, engine, x);
 //
-// The control plane is composed, not copied: which ranks run here, where(), agree(), fail() and
-// failure() are Control's (MPI's), since NCCL has no way to send a failure notice that does not
-// block. failure() also reports an asynchronous NCCL error of the transport's communicators.
+// The control plane is composed, not copied: which ranks run here, where(), agree(), fail(),
+// stalled() and failure() are Control's (MPI's), since NCCL has no way to send a failure notice
+// that does not block. failure() also reports an asynchronous NCCL error of the transport's communicators.
 //
 // Ordering (see detail/receive_lane.hpp and detail/transport_core.hpp): messages towards higher
 // processes on one communicator, towards lower ones on another, each with a transfer stream of
@@ -127,6 +127,12 @@ public:
 
     void agree(const std::string& text) { control_.agree(text); }
     void fail(const std::string& message) { control_.fail(message); }
+    //! The runner's watchdog fired: the control plane hears it (tpipe::mpi::transport reports it
+    //! and has the environment end the job, since another process may be stopped).
+    void stalled(const std::string& report)
+    {
+        if constexpr (requires { control_.stalled(report); }) control_.stalled(report);
+    }
 
     //! A failure notice from another process, or an asynchronous NCCL error here.
     std::optional<std::string> failure()

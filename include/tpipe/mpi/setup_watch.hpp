@@ -1,0 +1,147 @@
+#pragma once
+// tpipe::mpi::detail::setup_*: the bound on the blocking set-up collectives tpipe makes before a
+// communicator has a watchdog of its own: the launch agreement (tpipe::mpi::agree, also the
+// transport's layout agreement and the runner's agree), making a communicator (MPI_Comm_dup),
+// its split, and set_watchdog's own duplicate. environment_options::watchdog sets the bound.
+//
+// Why: a process that stops before the first step (SIGSTOP, a debugger) leaves the others in a
+// set-up collective, where no communicator's watchdog looks, and MPI never times out.
+//
+// How: each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split, which
+// has no nonblocking form, after an MPI_Ibarrier that tells whether every member arrived) and
+// polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the environment makes
+// when it starts. So a process that has waited for the bound names the processes that did not
+// arrive and what the others wait in, as a communicator's watchdog does, and throws
+// tpipe::watchdog_error (also written to stderr); the environment then ends the job with
+// MPI_Abort. Set-up collectives are made from one thread at a time (as MPI requires of a
+// communicator's collectives); polls from two threads at once are serialised.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tpipe/exec/errors.hpp"
+#include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/stall_watch.hpp"
+
+namespace tpipe::mpi::detail {
+
+struct setup_watch_state {
+    std::mutex m;
+    std::unique_ptr<stall_watch> watch;  //!< null: set-up is not bounded
+    std::uint64_t waits = 0;             //!< set-up collectives so far (numbers them in the report)
+};
+
+//! The process's set-up watch; never destroyed (no MPI call after main returns): the
+//! environment resets its watch before MPI_Finalize.
+inline setup_watch_state& setup_watch() noexcept
+{
+    static auto* s = new setup_watch_state;
+    return *s;
+}
+
+//! Set-up collectives from now on are polled against `bound` (0: not), their notes going over
+//! `notes`, a duplicate of MPI_COMM_WORLD that this takes (every process makes one, whatever its
+//! bound: the environment, right after MPI_Init, which no library can bound either). The bound
+//! also bounds the wait before MPI_Finalize (tpipe::mpi::environment).
+inline void bound_setup(MPI_Comm notes, std::chrono::milliseconds bound)
+{
+    std::lock_guard<std::mutex> g(setup_watch().m);
+    setup_watch().watch.reset();
+    if (bound.count() <= 0) {
+        MPI_Comm_free(&notes);
+        return;
+    }
+    setup_watch().watch = std::make_unique<stall_watch>(notes, bound, process_namer{});
+    auto& largest = largest_watchdog_ms();
+    for (auto m = largest.load(); bound.count() > m && !largest.compare_exchange_weak(m, bound.count());) {}
+}
+
+//! Set-up collectives are no longer bounded (local; before MPI_Finalize).
+inline void unbound_setup()
+{
+    std::lock_guard<std::mutex> g(setup_watch().m);
+    setup_watch().watch.reset();
+}
+
+//! The buffers of a set-up collective the watchdog abandoned: MPI may still use them, so they
+//! live until the process ends, reachable (not reported as a leak).
+template <class T>
+inline void keep_abandoned(std::unique_ptr<T> buffers)
+{
+    static auto* kept = new std::vector<void*>;
+    kept->push_back(buffers.release());
+}
+
+//! Waits for `req`, the set-up collective `what`. Bounded: polls it, and once it has waited for
+//! the bound throws tpipe::watchdog_error naming the processes that did not arrive; the request
+//! is then abandoned (the caller leaves its buffers to MPI; the job ends).
+inline void setup_wait(MPI_Request& req, const char* what)
+{
+    auto& s = setup_watch();
+    std::uint64_t seq = 0;
+    {
+        std::lock_guard<std::mutex> g(s.m);
+        if (s.watch) seq = ++s.waits;
+    }
+    if (seq == 0) {
+        check(MPI_Wait(&req, MPI_STATUS_IGNORE), what);
+        return;
+    }
+    const auto since = watch_clock::now();
+    for (int polls = 0;; ++polls) {
+        int done = 0;
+        check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+        if (done) return;
+        std::string report;
+        {
+            std::lock_guard<std::mutex> g(s.m);
+            if (s.watch) report = s.watch->poll(what, seq, since);
+        }
+        if (!report.empty()) {
+            member_stalled().store(true, std::memory_order_relaxed);  // MPI_Finalize would wait for it
+            std::fprintf(stderr, "%s\n", report.c_str());
+            std::fflush(stderr);
+            throw watchdog_error(report);
+        }
+        // Set-up waits are few: spin briefly for the fast case, then leave the core to others.
+        if (polls < 1000) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+}
+
+// Every process makes the same MPI calls, bounded or not (a nonblocking collective never matches
+// a blocking one), so that processes given different bounds still meet.
+
+//! MPI_Comm_dup of `parent` (collective over it), bounded as a set-up collective.
+inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
+{
+    // MPI writes the handle when the duplicate completes: abandoned, it must stay valid.
+    auto out = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Comm_idup(parent, out.get(), &req), what);
+    try {
+        setup_wait(req, what);
+    } catch (const watchdog_error&) {
+        keep_abandoned(std::move(out));
+        throw;
+    }
+    return *out;
+}
+
+//! Every member of `comm` has arrived here (an MPI_Ibarrier, bounded), before a blocking set-up
+//! collective that has no nonblocking form (MPI_Comm_split).
+inline void setup_arrive(MPI_Comm comm, const char* what)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm, &req), what);
+    setup_wait(req, what);
+}
+
+} // namespace tpipe::mpi::detail
