@@ -59,7 +59,7 @@ shapes=(
 )
 same=(1f1b interleaved interleaved-zb zb-v)  # schedules both run
 ours_only=(zb-h1)                           # tpipe's, with a stage per rank
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; $rounds rounds of $steps steps;" \
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc --all) CPUs; $rounds rounds of $steps steps;" \
   "torch $("$py" -c 'import torch; print(torch.__version__)')" >&2
 tpipe_run() {  # shape-name schedule slicer model-flags...
   local name=$1 sched=$2 slicer=$3; shift 3
