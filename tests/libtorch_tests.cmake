@@ -19,12 +19,22 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
            COMMAND train_libtorch_gpt --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
                    --stages 2 --schedule zb-h1 --slicer grid:2:8,4,4 --check-slicing --check --json)
   set_tests_properties(libtorch_gpt_train PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
-  # A schedule with two stages per rank on a model cut for one per rank says how to cut it.
+  # Schedules with two stages per rank cut the model into 4 stages for 2 ranks: ZB-V (V-shaped
+  # placement) and interleaved 1F1B (looped) against plain libtorch; a model with fewer blocks
+  # than stages is refused, naming how many it needs.
+  add_test(NAME libtorch_gpt_zbv
+           COMMAND train_libtorch_gpt --layers 4 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
+                   --stages 2 --schedule zb-v --slicer microbatch:4 --check --json)
+  add_test(NAME libtorch_gpt_interleaved
+           COMMAND train_libtorch_gpt --layers 5 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
+                   --stages 2 --schedule interleaved --slicer grid:2:8,8 --check --json)
+  set_tests_properties(libtorch_gpt_zbv libtorch_gpt_interleaved PROPERTIES TIMEOUT 300 PROCESSORS 2
+                       PASS_REGULAR_EXPRESSION "\"check_ok\":true")
   add_test(NAME libtorch_gpt_zbv_stages
            COMMAND train_libtorch_gpt --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 1
                    --stages 2 --schedule zb-v)
   set_tests_properties(libtorch_gpt_zbv_stages PROPERTIES TIMEOUT 120
-                       PASS_REGULAR_EXPRESSION "program has 4 stages \\(2 on each of its 2 ranks\\) but the pipeline has 2; cut the model into 4 stages")
+                       PASS_REGULAR_EXPRESSION "--stages 2 with --schedule zb-v makes 4 pipeline stages \\(2 on each rank\\), but the model has 2 blocks: every stage needs at least one \\(raise --layers to 4")
   # Elastic (PipeTransformer) through tpipe's elastic driver: two modules freeze, the pipeline
   # shortens to one stage and the freed device becomes a replica; against plain libtorch with the
   # same freezing and replica split (losses and weights within the tolerance derived from the
@@ -71,6 +81,16 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
                      --stages 2 --schedule zb-h1 --slicer grid:2:8,8 --check --json)
     set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+    # Two stages per process (ZB-V: stages 0 and 3 on process 0; interleaved: 0 and 2): each
+    # process builds and steps its two, and the gathered weights come back in model order.
+    foreach(schedule zb-v interleaved)
+      add_test(NAME libtorch_gpt_mpi_${schedule}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>
+                       --transport mpi --threads 1 --layers 4 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
+                       --stages 2 --schedule ${schedule} --slicer microbatch:4 --check --json)
+      set_tests_properties(libtorch_gpt_mpi_${schedule} PROPERTIES TIMEOUT 300 PROCESSORS 2
+                           PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+    endforeach()
     # --elastic over MPI (tpipe::mpi::elastic_driver): 3 processes, ending as 3 replicas of 1 stage.
     add_test(NAME libtorch_gpt_elastic_mpi
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>

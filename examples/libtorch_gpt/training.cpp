@@ -81,6 +81,29 @@ std::vector<std::size_t> even_cuts(std::int64_t layers, int stages)
     return cuts;
 }
 
+//! The model's cuts into the stages of `prog`, a schedule's program over o.stages ranks: more
+//! stages than ranks when it places several on each (interleaved, zb-v: prog.stage_rank).
+std::vector<std::size_t> model_cuts(const options& o, const tpipe::program& prog)
+{
+    const int stages = prog.stages();
+    if (stages != o.stages && stages > o.layers)
+        throw tpipe::invalid_argument("--stages " + std::to_string(o.stages) + " with --schedule " + o.schedule + " makes " +
+                                      std::to_string(stages) + " pipeline stages (" + std::to_string(stages / o.stages) +
+                                      " on each rank), but the model has " + std::to_string(o.layers) +
+                                      " blocks: every stage needs at least one (raise --layers to " + std::to_string(stages) +
+                                      ", or pick a schedule with a stage per rank: 1f1b, zb-h1, ...)");
+    return even_cuts(o.layers, stages);
+}
+
+//! The stages of `prog` that rank `r` runs, in stage order.
+std::vector<int> stages_on(const tpipe::program& prog, int r)
+{
+    std::vector<int> out;
+    for (int s = 0; s < prog.stages(); ++s)
+        if (prog.stage_rank[static_cast<std::size_t>(s)] == r) out.push_back(s);
+    return out;
+}
+
 tpipe::json::value model_json(const config& c)
 {
     return tpipe::json::object{{"model", "libtorch_gpt"}, {"vocab", c.vocab},   {"seq_len", c.seq_len},
@@ -91,12 +114,12 @@ tpipe::json::value model_json(const config& c)
 //! first process commits; a resume loads every stage by name, whatever the saver's cut.
 class checkpoints {
 public:
-    checkpoints(const options& o, std::function<void()> barrier, bool leader)
+    checkpoints(const options& o, int stages, std::function<void()> barrier, bool leader)
         : o_(o), out_(o.save.empty() ? std::nullopt
                                      : std::optional<tpipe::state::checkpoint_writer>(std::in_place,
                                            tpipe::state::writer_options{.root = o.save, .keep = o.keep, .run = resumed_run(o),
                                                                         .leader = leader,
-                                                                        .shards = o.stages, .barrier = std::move(barrier)}))
+                                                                        .shards = stages, .barrier = std::move(barrier)}))
     {
     }
 
@@ -206,12 +229,13 @@ torch::Tensor loss_gradient(const tpipe::unit& u, torch::Tensor logits, const to
 template <class Transport>
 result pipelined(const options& o, trainer& tr, Transport* over)
 {
-    const auto cuts = even_cuts(o.layers, o.stages);
     const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
     // [snippet:pipeline]
-    // The model cut into stages (modules [cuts[i], cuts[i+1]) on stage i) and a schedule for them.
-    tpipe::uniform_pipeline<tpipe::libtorch::module_stage> pipe(tpipe::libtorch::cut(tr.model, cuts));
+    // A schedule's program for o.stages ranks, and the model cut into its stages: modules
+    // [cuts[i], cuts[i+1]) on stage i (interleaved and zb-v place two stages on each rank).
     const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
+    const auto cuts = model_cuts(o, prog);
+    tpipe::uniform_pipeline<tpipe::libtorch::module_stage> pipe(tpipe::libtorch::cut(tr.model, cuts));
     tpipe::cpu_engine engine(over ? 1 : o.stages);  // under MPI this process runs one rank
     // [/snippet]
     if (o.check_slicing) {  // token slices of the first unit against it unsliced, stage by stage
@@ -224,9 +248,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     using pipe_t = decltype(pipe);
     using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
     constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
-    if constexpr (!local)  // this process holds its own stage only (make_gpt built placeholders for the rest)
+    if constexpr (!local)  // this process holds its own stages only (make_gpt built placeholders for the rest)
         for (std::size_t i = 0; i < pipe.size(); ++i)
-            if (static_cast<int>(i) != over->process())
+            if (prog.stage_rank[i] != over->process())
                 pipe.stage(i) = tpipe::libtorch::module_stage::elsewhere(pipe.stage(i).name());
     std::unique_ptr<runner_t> runner;
     tpipe::run_options opts;
@@ -251,9 +275,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     std::optional<tpipe::mpi::communicator> world;
 #endif
     if constexpr (local) {
-        for (int i = 0; i < o.stages; ++i) mine.push_back(i);
+        for (int i = 0; i < prog.stages(); ++i) mine.push_back(i);
     } else {
-        mine.push_back(over->process());
+        mine = stages_on(prog, over->process());
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         world.emplace(tpipe::mpi::communicator::world());
         barrier = [&world] {
@@ -261,7 +285,7 @@ result pipelined(const options& o, trainer& tr, Transport* over)
         };
 #endif
     }
-    checkpoints saves(o, barrier, mine.front() == 0);
+    checkpoints saves(o, prog.stages(), barrier, mine.front() == 0);
     auto t0 = std::chrono::steady_clock::now();
     for (int step = r.first_step - 1; step < o.steps; ++step) {
         if (step == r.first_step) t0 = std::chrono::steady_clock::now();  // the first step warms up
@@ -295,45 +319,67 @@ result pipelined(const options& o, trainer& tr, Transport* over)
 }
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-//! checksum_of() the processes' parameters concatenated in process order (= stage order = the
-//! model's module order), on process 0, which receives one process's share at a time.
-std::string checksum_over_processes(tpipe::mpi::communicator& world, const std::vector<double>& mine)
+//! The parameters of stage `s` (modules [cuts[s], cuts[s + 1]) of `model`), flattened in model order.
+std::vector<double> stage_weights(torch::nn::Sequential& model, const std::vector<std::size_t>& cuts, int s)
 {
-    using tpipe::task;
-    if (world.rank() != 0) {
-        const std::int64_t count = static_cast<std::int64_t>(mine.size());
-        tpipe::sync_wait([](tpipe::mpi::communicator& c, const std::int64_t& n, const std::vector<double>& w) -> task<void> {
-            co_await c.send(0, 0, std::as_bytes(std::span<const std::int64_t>(&n, 1)));
-            co_await c.send(0, 1, std::as_bytes(std::span(w)));
-        }(world, count, mine));
-        return {};
+    std::vector<double> out;
+    for (std::size_t m = cuts[static_cast<std::size_t>(s)]; m < cuts[static_cast<std::size_t>(s) + 1]; ++m) {
+        const std::vector<double> w = flatten(*model->ptr(m));
+        out.insert(out.end(), w.begin(), w.end());
     }
-    tpipe::state::checksum sum(tpipe::state::checksum_kind::fnv1a64);  // as checksum_of
-    sum.update(std::as_bytes(std::span<const double>(mine)));
-    for (int p = 1; p < world.size(); ++p) {
-        std::int64_t n = 0;
-        std::vector<double> theirs;
-        tpipe::sync_wait([](tpipe::mpi::communicator& c, int from, std::int64_t& n, std::vector<double>& w) -> task<void> {
-            co_await c.recv(from, 0, std::as_writable_bytes(std::span<std::int64_t>(&n, 1)));
-            w.resize(static_cast<std::size_t>(n));
-            co_await c.recv(from, 1, std::as_writable_bytes(std::span(w)));
-        }(world, p, n, theirs));
-        sum.update(std::as_bytes(std::span<const double>(theirs)));
-    }
-    return sum.hex();
+    return out;
 }
 
-//! Every process's parameters, flattened, concatenated in process order, on every process: each
-//! process broadcasts its share in turn.
-std::vector<double> gather_weights(tpipe::mpi::communicator& world, const std::vector<double>& mine)
+//! checksum_of() every stage's parameters concatenated in stage order (= the model's module
+//! order), on process 0, which receives one stage at a time from the process that runs it.
+std::string checksum_over_processes(tpipe::mpi::communicator& world, const tpipe::program& prog,
+                                    const std::function<std::vector<double>(int)>& weights_of)
 {
-    const auto counts = tpipe::sync_wait(tpipe::every_member(world, static_cast<std::int64_t>(mine.size())));
+    using tpipe::task;
+    tpipe::state::checksum sum(tpipe::state::checksum_kind::fnv1a64);  // as checksum_of
+    for (int s = 0; s < prog.stages(); ++s) {
+        const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+        if (owner == world.rank() && owner == 0) {
+            sum.update(std::as_bytes(std::span<const double>(weights_of(s))));
+        } else if (owner == world.rank()) {
+            const std::vector<double> mine = weights_of(s);
+            const auto count = static_cast<std::int64_t>(mine.size());
+            tpipe::sync_wait([](tpipe::mpi::communicator& c, const std::int64_t& n, const std::vector<double>& w) -> task<void> {
+                co_await c.send(0, 0, std::as_bytes(std::span<const std::int64_t>(&n, 1)));
+                co_await c.send(0, 1, std::as_bytes(std::span(w)));
+            }(world, count, mine));
+        } else if (world.rank() == 0) {
+            std::int64_t n = 0;
+            std::vector<double> theirs;
+            tpipe::sync_wait([](tpipe::mpi::communicator& c, int from, std::int64_t& n, std::vector<double>& w) -> task<void> {
+                co_await c.recv(from, 0, std::as_writable_bytes(std::span<std::int64_t>(&n, 1)));
+                w.resize(static_cast<std::size_t>(n));
+                co_await c.recv(from, 1, std::as_writable_bytes(std::span(w)));
+            }(world, owner, n, theirs));
+            sum.update(std::as_bytes(std::span<const double>(theirs)));
+        }
+    }
+    return world.rank() == 0 ? sum.hex() : std::string{};
+}
+
+//! Every stage's parameters, flattened, concatenated in stage order, on every process: the
+//! process that runs each stage broadcasts it in turn.
+std::vector<double> gather_weights(tpipe::mpi::communicator& world, const tpipe::program& prog,
+                                   const std::function<std::vector<double>(int)>& weights_of)
+{
+    using tpipe::task;
     std::vector<double> all;
-    for (int p = 0; p < world.size(); ++p) {
-        std::vector<double> part = p == world.rank() ? mine : std::vector<double>(static_cast<std::size_t>(counts[p]));
-        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b, int root) -> tpipe::task<void> {
+    for (int s = 0; s < prog.stages(); ++s) {
+        const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+        std::vector<double> part = owner == world.rank() ? weights_of(s) : std::vector<double>{};
+        auto n = static_cast<std::int64_t>(part.size());
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::int64_t& n, int root) -> task<void> {
+            co_await c.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&n, 1)), root);
+        }(world, n, owner));
+        part.resize(static_cast<std::size_t>(n));
+        tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<std::byte> b, int root) -> task<void> {
             co_await c.broadcast(b, root);
-        }(world, std::as_writable_bytes(std::span(part)), p));
+        }(world, std::as_writable_bytes(std::span(part)), owner));
         all.insert(all.end(), part.begin(), part.end());
     }
     return all;
@@ -352,17 +398,23 @@ result run(const options& o)
             throw tpipe::invalid_argument("--transport mpi with --stages " + std::to_string(o.stages) + " needs " +
                                           std::to_string(o.stages) + " processes, but the job has 1; launch it with mpirun -np " +
                                           std::to_string(o.stages));
-        const auto cuts = even_cuts(o.layers, o.stages);
-        const auto me = static_cast<std::size_t>(job.where().rank);
-        trainer tr(o, [&](std::size_t m) { return m >= cuts[me] && m < cuts[me + 1]; });  // its stage only
+        const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
+        const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
+        const auto cuts = model_cuts(o, prog);
+        const std::vector<int> mine = stages_on(prog, job.where().rank);
+        trainer tr(o, [&](std::size_t m) {  // its stages only
+            for (int s : mine)
+                if (m >= cuts[static_cast<std::size_t>(s)] && m < cuts[static_cast<std::size_t>(s) + 1]) return true;
+            return false;
+        });
         r = pipelined(o, tr, &job.transport());
-        const std::vector<double> mine = flatten(*tr.model);
+        auto weights_of = [&](int s) { return stage_weights(tr.model, cuts, s); };
         auto& world = job.all();
         if (o.keep_weights) {  // every process gets the whole model: its checksum is at hand
-            r.weights = gather_weights(world, mine);
+            r.weights = gather_weights(world, prog, weights_of);
             r.weights_fnv = checksum_of(r.weights);
         } else {
-            r.weights_fnv = checksum_over_processes(world, mine);
+            r.weights_fnv = checksum_over_processes(world, prog, weights_of);
         }
 #else
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
