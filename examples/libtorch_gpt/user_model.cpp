@@ -123,21 +123,11 @@ std::vector<double> train_pipelined(int steps)
     for (int step = 0; step < steps; ++step) {
         auto [inputs, targets] = batch(step);
         double loss = 0;  // summed over the units by the last stage
-        tpipe::io_for<decltype(pipe)> io;
-        io.source = [&](const tpipe::unit& u) {  // the first stage's input: this unit's rows
-            return inputs.slice(0, u.row_begin, u.row_end);
-        };
-        io.output_grad = [&](const tpipe::unit& u, torch::Tensor&& logits) {  // the last stage's output
-            auto y = logits.requires_grad_();
-            auto t = targets.slice(0, u.row_begin, u.row_end);
-            auto l = torch::nn::functional::cross_entropy(
-                         y.reshape({-1, vocab}), t.reshape({-1}),
-                         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) /
-                     static_cast<double>(targets.numel());  // this unit's share of the batch mean
-            l.backward();
-            loss += l.item<double>();
-            return y.grad();  // what starts the last stage's backward
-        };
+        // Each unit's rows of the inputs into the first stage; the loss on the last stage's output
+        // and the same rows of the targets, each unit weighted by its share of the batch mean.
+        const auto io = tpipe::libtorch::batch_io(inputs, targets, [](const torch::Tensor& y, const torch::Tensor& t) {
+            return torch::nn::functional::cross_entropy(y.reshape({-1, vocab}), t.reshape({-1}));
+        }, loss);
         optimizer.zero_grad();
         runner.run(io);
         // The tied head's and embedding's gradients added, then gradients and loss summed over

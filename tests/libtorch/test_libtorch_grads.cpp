@@ -1,7 +1,7 @@
 // The libtorch adapter's gradients on stage threads: tied parameters (one tensor in two stages)
 // summed in stage order, a leaf outside a stage's list refused under split backward, and
 // check_token_slicing naming a stage not prepared for token slices; a checkpoint of parameters
-// and AdamW state resumed on another cut.
+// and AdamW state resumed on another cut; batch_io against the plain loop.
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -322,4 +322,70 @@ TEST_CASE("a libtorch checkpoint of stage-local optimizers resumes each stage fr
     REQUIRE(want.size() == got.size());
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(torch::equal(want[i], got[i]));
     std::filesystem::remove_all(dir);
+}
+
+namespace {
+//! A per-token model (no attention: token slices are exact) and its plain loss and gradients.
+torch::nn::Sequential per_token()
+{
+    torch::manual_seed(21);
+    return torch::nn::Sequential(torch::nn::Linear(4, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3));
+}
+torch::Tensor mse(const torch::Tensor& y, const torch::Tensor& t) { return torch::nn::functional::mse_loss(y, t); }
+} // namespace
+
+TEST_CASE("batch_io: a batch's inputs, targets and loss drive the pipeline as the plain loop does", "[libtorch][batch_io]")
+{
+    torch::manual_seed(22);
+    const torch::Tensor x = torch::randn({4, 6, 4}), t = torch::randn({4, 6, 3});
+    auto plain = per_token();
+    const torch::Tensor want_loss = mse(plain->forward(x), t);
+    want_loss.backward();
+    const auto [schedule, slicer] = GENERATE(table<std::string, std::string>({
+        {"1f1b", "microbatch:4"}, {"gpipe", "microbatch:2"}, {"1f1b", "grid:2:2,4"}, {"zb-h1", "grid:4:3,3"}}));
+    CAPTURE(schedule, slicer);
+    auto model = per_token();
+    tpipe::uniform_pipeline<module_stage> pipe(tpipe::libtorch::cut(model, {0, 2, 3}));
+    const auto prog = tpipe::make_schedule(schedule).program(tpipe::topology{.ranks = 2},
+                                                             tpipe::scheme_from_spec(slicer, {4, 6}));
+    tpipe::cpu_engine engine(2);
+    double loss = 0;
+    const auto io = tpipe::libtorch::batch_io(x, t, mse, loss);
+    tpipe::run(pipe, prog, engine, io);
+    CHECK(loss == Approx(want_loss.item<double>()).epsilon(1e-6));
+    const auto want = plain->parameters(), got = model->parameters();
+    REQUIRE(want.size() == got.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        REQUIRE(got[i].grad().defined());
+        CHECK(torch::allclose(got[i].grad(), want[i].grad(), 1e-5, 1e-7));
+    }
+}
+
+TEST_CASE("batch_io refuses a batch that does not fit its units or its loss, naming the sizes", "[libtorch][batch_io]")
+{
+    const torch::Tensor x = torch::randn({4, 6, 4}), t = torch::randn({4, 6, 3});
+    double loss = 0;
+    CHECK_THROWS_WITH(tpipe::libtorch::batch_io(x, torch::randn({3, 6, 3}), mse, loss),
+                      Catch::Contains("the inputs have 4 rows and the targets 3"));
+    CHECK_THROWS_WITH(tpipe::libtorch::batch_io(x, t, mse, loss, {.tokens = 3}),
+                      Catch::Contains("batch_dims::tokens is 3 for inputs [4, 6, 4] and targets [4, 6, 3]"));
+    CHECK_THROWS_WITH(tpipe::libtorch::batch_io(x, torch::randn({4, 5, 3}), mse, loss),
+                      Catch::Contains("the inputs hold 6 tokens and the targets 5 on dimension 1"));
+
+    auto model = per_token();
+    tpipe::uniform_pipeline<module_stage> pipe(tpipe::libtorch::cut(model, {0, 2, 3}));
+    tpipe::cpu_engine engine(2);
+    auto run = [&](const std::string& slicer, tpipe::batch_shape shape, tpipe::libtorch::unit_loss fn,
+                   tpipe::libtorch::batch_dims dims = {}) {
+        const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{.ranks = 2}, tpipe::scheme_from_spec(slicer, shape));
+        tpipe::run(pipe, prog, engine, tpipe::libtorch::batch_io(x, t, std::move(fn), loss, dims));
+    };
+    CHECK_THROWS_WITH(run("microbatch:4", {8, 6}, mse), Catch::Contains("a unit holds rows [4, 6) but the inputs have 4 rows"));
+    CHECK_THROWS_WITH(run("grid:2:3,3", {4, 6}, mse, {.tokens = -1}),
+                      Catch::Contains("batch_dims::tokens is -1 (no token dimension)"));
+    CHECK_THROWS_WITH(run("microbatch:2", {4, 6},
+                          [](const torch::Tensor& y, const torch::Tensor& z) {
+                              return torch::nn::functional::mse_loss(y, z, torch::nn::functional::MSELossFuncOptions(torch::kNone));
+                          }),
+                      Catch::Contains("the loss returned a tensor of shape [2, 6, 3]; it must return the unit's mean"));
 }

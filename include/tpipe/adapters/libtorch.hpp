@@ -29,6 +29,9 @@
 //   context_tokens() (positions), and causal attention keeps earlier slices' keys and values in
 //   a kv_cache, whose gradients flow back to the slice that made them (see kv_cache).
 //
+// - batch_io(inputs, targets, loss, loss_sum) makes a batch the run's io: each unit's rows and
+//   tokens of the inputs, and the loss on the same part of the targets, weighted so that the
+//   units add up to the batch's mean (libtorch/batch_io.hpp).
 // - tied parameters (one tensor in two stages): each stage keeps its gradient apart, and
 //   sum_tied_gradients(pipe) adds them in stage order after the run (libtorch/cut.hpp).
 // - a tensor that requires grad, is reached by a stage's graph and is not in its parameter list
@@ -45,6 +48,7 @@
 // Over MPI (tpipe::mpi::transport) a tensor crosses as its dtype and shape (the header) and its
 // bytes (the body), libtorch/tensor_payload.hpp; libtorch/process_sum.hpp (needs MPI) sums the
 // gradients and the loss over the processes.
+#include "tpipe/adapters/libtorch/batch_io.hpp"
 #include "tpipe/adapters/libtorch/blas_threads.hpp"
 #include "tpipe/adapters/libtorch/checkpoint.hpp"
 #include "tpipe/adapters/libtorch/cut.hpp"
