@@ -17,6 +17,20 @@ namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+//! Rank 0 forgets to send its forward output; rank 1 waits for it, and rank 0 then waits for a
+//! gradient that rank 1 cannot produce (invalid: run only with validation off).
+tpipe::program forward_never_sent()
+{
+    tpipe::program p;
+    p.ranks = 2;
+    p.stage_rank = {0, 1};
+    p.units = tpipe::microbatches(1);
+    p.actions = {{tpipe::parse_action("0F0"), tpipe::parse_action("0RECV_B0"), tpipe::parse_action("0B0")},
+                 {tpipe::parse_action("1RECV_F0"), tpipe::parse_action("1F0"), tpipe::parse_action("1B0"),
+                  tpipe::parse_action("1SEND_B0")}};
+    return p;
+}
+
 //! Runs `name` on P ranks with a fault injected into stage `fs` at (microbatch, slice, kind);
 //! checks that run throws one execution_error naming the right rank, stage, action and unit.
 void check_fault(const tpipe::program& prog, tpipe::cpu_engine& eng, int fs, synth::fault f, tpipe::op expected)
@@ -108,15 +122,7 @@ TEST_CASE("an exception from the user's source or loss callable is reported like
 
 TEST_CASE("the watchdog turns a receive that never comes into an error naming every wait", "[exec][failure][watchdog]")
 {
-    // Rank 0 forgets to send its forward output; rank 1 waits for it, and rank 0 then waits
-    // for a gradient that rank 1 cannot produce.
-    tpipe::program p;
-    p.ranks = 2;
-    p.stage_rank = {0, 1};
-    p.units = tpipe::microbatches(1);
-    p.actions = {{tpipe::parse_action("0F0"), tpipe::parse_action("0RECV_B0"), tpipe::parse_action("0B0")},
-                 {tpipe::parse_action("1RECV_F0"), tpipe::parse_action("1F0"), tpipe::parse_action("1B0"),
-                  tpipe::parse_action("1SEND_B0")}};
+    const tpipe::program p = forward_never_sent();
     tpipe::cpu_engine eng(2);
     auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
     tpipe::io_for<decltype(pipe)> io;
@@ -343,14 +349,7 @@ struct silent_between : tpipe::local_transport {
 
 TEST_CASE("a composed transport passes the watchdog's report to both of its transports", "[exec][failure][watchdog]")
 {
-    // The program of the watchdog test above: rank 0 never sends its forward output.
-    tpipe::program p;
-    p.ranks = 2;
-    p.stage_rank = {0, 1};
-    p.units = tpipe::microbatches(1);
-    p.actions = {{tpipe::parse_action("0F0"), tpipe::parse_action("0RECV_B0"), tpipe::parse_action("0B0")},
-                 {tpipe::parse_action("1RECV_F0"), tpipe::parse_action("1F0"), tpipe::parse_action("1B0"),
-                  tpipe::parse_action("1SEND_B0")}};
+    const tpipe::program p = forward_never_sent();  // rank 0 never sends its forward output
     tpipe::cpu_engine eng(2);
     tpipe::run_options opts;
     opts.validate = false;
