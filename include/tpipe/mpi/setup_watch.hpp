@@ -125,7 +125,7 @@ inline bool setup_bounded()
 
 // Unbounded, communicators are made as before the bound existed: MPI_Comm_dup, and no barrier
 // before a split. (A CI run of the MPI suite at np 4 under ASan and load hung once, silently,
-// with MPI_Comm_idup waited for by MPI_Wait in their place; not reproduced in 16 runs since, and
+// with MPI_Comm_idup waited for by MPI_Wait in their place; not reproduced in 23 runs since, and
 // the blocking calls had passed CI for weeks. Open MPI's communicator-id allocation has a history
 // of hangs under MPI_THREAD_MULTIPLE.) Bounded, they are nonblocking and polled. A nonblocking
 // collective need not match a blocking one, so every process must be given the same bound: one
