@@ -7,7 +7,7 @@
 // Why: a process that stops before the first step (SIGSTOP, a debugger) leaves the others in a
 // set-up collective, where no communicator's watchdog looks, and MPI never times out.
 //
-// How: each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split, which
+// How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split, which
 // has no nonblocking form, after an MPI_Ibarrier that tells whether every member arrived) and
 // polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the environment makes
 // when it starts. So a process that has waited for the bound names the processes that did not
