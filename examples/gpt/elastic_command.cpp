@@ -233,11 +233,18 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         // Every process plans with process 0's unit times (and token tables); a resumed run with
         // the saved run's unit times, a replayed one with the recorded inputs (every process
         // reads the same file, so that a bad one is refused on every process).
+        // The watchdog bounds every collective from here on, the share included: the others wait
+        // on while process 0 measures, for as long as it answers (communicator::busy).
+        world->set_watchdog(o.watchdog);
         if (!c.plan_from.empty()) replay_recorded_inputs(c, o);
         else if (saved) o.measured = saved->measured;
-        else if (world->rank() == 0) o.measured = measure_units(c.cfg, c.cfg.seq_len, per_process);
-        if (o.terapipe_granularity > 0 && !o.slicing && world->rank() == 0)
-            o.slicing = profile_token_slicing(c.cfg, data, o, per_process);
+        const bool measures = world->rank() == 0 && c.plan_from.empty() && !saved;
+        const bool profiles = world->rank() == 0 && o.terapipe_granularity > 0 && !o.slicing;
+        if (measures || profiles) {
+            const auto busy = world->busy("measuring the layers for the elastic plan");
+            if (measures) o.measured = measure_units(c.cfg, c.cfg.seq_len, per_process);
+            if (profiles) o.slicing = profile_token_slicing(c.cfg, data, o, per_process);
+        }
         tpipe::mpi::share_plan_inputs(*world, o, static_cast<std::size_t>(c.cfg.layers) + 1);
         if (!c.record_plan.empty() && world->rank() == 0) tpipe::elastic::record_plan_inputs(c.record_plan, o);
         tpipe::elastic::driver_options d = o;
@@ -261,9 +268,6 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
                                   .add("resumed checkpoint (manifest)", tpipe_examples::checkpoint_identity(c.ckpt.resume))
                                   .text(),
                               "");
-        // The stop agreement's collective, every step, is bounded like the driver's own (after the
-        // measurement above, which takes process 0 longer than the others wait).
-        world->set_watchdog(o.watchdog);
         static_cast<tpipe::elastic::run_report&>(res) = driver.run(print, from);
         after_run(res, trained->params(), trained->optimizer());
         res.weights = trained->params().value;

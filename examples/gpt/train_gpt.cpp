@@ -407,7 +407,7 @@ int train(const options& o)
 #ifdef TPIPE_GPT_MPI
     std::unique_ptr<mpi_job> mpi;
     if (over_mpi) {
-        mpi = std::make_unique<mpi_job>(ranks, D);
+        mpi = std::make_unique<mpi_job>(ranks, D, std::chrono::seconds(o.watchdog));
         where = mpi->where;
     }
 #endif
@@ -425,10 +425,16 @@ int train(const options& o)
     // The units of every step: a fixed slicer, or the TeraPipe plan for this model's stages.
     unit_plan plan;
     if (o.slicer == "terapipe") {
-        plan = terapipe_plan(o, text, stages, threads_per_part, speaks);
 #ifdef TPIPE_GPT_MPI
-        if (mpi) plan.units = mpi->share(plan.units, plan.planned_T);
+        if (mpi) {
+            {  // the others wait in share() meanwhile, for as long as this process answers
+                const auto busy = speaks ? mpi->busy("profiling the TeraPipe plan") : tpipe::mpi::busy_section();
+                plan = terapipe_plan(o, text, stages, threads_per_part, speaks);
+            }
+            plan.units = mpi->share(plan.units, plan.planned_T);
+        } else
 #endif
+            plan = terapipe_plan(o, text, stages, threads_per_part, speaks);
     } else {
         plan.units = fixed_scheme(o);
     }

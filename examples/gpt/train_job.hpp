@@ -157,7 +157,10 @@ class mpi_job {
 public:
     job where;
 
-    mpi_job(int ranks, int replicas) : P_(ranks), D_(replicas)
+    //! `watchdog` (0: none) bounds every collective of the job from here on: the plan's share, the
+    //! tied gradient's and the norm's sums, the loss, the checkpoint's barrier. A stopped process
+    //! is named by the others and the job ends, instead of hanging in them.
+    mpi_job(int ranks, int replicas, std::chrono::milliseconds watchdog) : P_(ranks), D_(replicas)
     {
         int size = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -174,7 +177,13 @@ public:
         replicas_ = &job_->data();
         pipeline_comm_ = &job_->pipeline();
         world_ = &job_->all();
+        job_->set_watchdog(watchdog);
     }
+
+    //! While it lives, this process works alone on purpose (process 0 profiling the TeraPipe plan
+    //! that share() sends): the others' watchdog waits on while it answers, and names `what` if it
+    //! stops (tpipe::mpi::communicator::busy).
+    tpipe::mpi::busy_section busy(std::string what) { return world_->busy(std::move(what)); }
 
     //! The largest of every process's `mine`: with a stop signal's number (0: none), every process
     //! stops at the same step boundary, whichever of them the signal reached, and saves there.
@@ -220,11 +229,6 @@ public:
 
     void connect(replica& r, const tpipe::program& prog, tpipe::cpu_engine& engine, tpipe::run_options opts, bool sharded)
     {
-        // The run's watchdog bounds the job's collectives from here on (the tied gradient's and
-        // the norm's sums, the loss, the checkpoint's barrier): a stopped process is named by the
-        // others and the job ends, instead of hanging in them. Not before: share() waits for
-        // process 0's TeraPipe profile, which may take longer than a step's bound.
-        job_->set_watchdog(opts.watchdog);
         std::vector<tpipe::mpi::communicator*> comms(static_cast<std::size_t>(prog.stages()), nullptr);
         for (int s = 0; s < prog.stages(); ++s)
             if (prog.stage_rank[s] == where.rank) comms[s] = replicas_;

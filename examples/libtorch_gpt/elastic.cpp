@@ -111,8 +111,14 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         // Plans depend on the unit times (and the costs made of them): every process takes process 0's.
+        // Bounded like the driver's collectives: the others wait on while process 0 measures, for as
+        // long as it answers (communicator::busy), and end, naming it, if it stops.
         auto world = tpipe::mpi::communicator::world();
-        plan_inputs(o, data, d, world.rank() == 0);
+        world.set_watchdog(d.watchdog);
+        {
+            const auto busy = world.rank() == 0 ? world.busy("measuring the layers for the elastic plan") : tpipe::mpi::busy_section();
+            plan_inputs(o, data, d, world.rank() == 0);
+        }
         tpipe::mpi::share_plan_inputs(world, d, static_cast<std::size_t>(o.layers) + 2);
         if (!o.record_plan.empty() && world.rank() == 0) tpipe::elastic::record_plan_inputs(o.record_plan, d);
         tpipe::mpi::elastic_driver<freezable_sequential> driver(

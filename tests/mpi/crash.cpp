@@ -6,12 +6,15 @@
 // (stop_before_STEP) the environment bounds set-up by 2 s and the last process stops itself
 // before one set-up step: launch (a launch agreement, tpipe::mpi::agree), world (a communicator
 // of every process), split (its split), transport (the transport's layout agreement) or runner
-// (the runner's agree). Each process prints what it saw; the check asserts that the job ends
-// within the watchdog time, naming the rank.
+// (the runner's agree); or (stop_while_busy) under a 2 s watchdog the last process works for 3 s
+// in a busy section (communicator::busy: "profiling the plan", as train_gpt's process 0 does
+// while the others wait to receive the plan), then stops itself in it. Each process prints what
+// it saw; the check asserts that the job ends within the watchdog time, naming the rank.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <unistd.h>
 
@@ -19,6 +22,8 @@
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/one_f_one_b.hpp"
 #include "tpipe/slice/slicers.hpp"
+#include "tpipe/async/sync_wait.hpp"
+#include "tpipe/async/task.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
@@ -62,6 +67,20 @@ int main(int argc, char** argv)
         tpipe::mpi::agree(MPI_COMM_WORLD, "crash test " + how, "");
         stop_before("world");
         auto world = tpipe::mpi::communicator::world();
+        if (how == "stop_while_busy") {
+            world.set_watchdog(std::chrono::seconds(2));
+            std::int64_t plan = 0;
+            if (me == n - 1) {
+                auto busy = world.busy("profiling the plan");
+                std::this_thread::sleep_for(std::chrono::seconds(3));  // past the bound: the others wait on
+                std::cout << "process " << me << ": stopping while busy, pid " << getpid() << "\n" << std::flush;
+                std::raise(SIGSTOP);
+            }
+            tpipe::sync_wait([](tpipe::mpi::communicator& c, std::int64_t& v, int root) -> tpipe::task<void> {
+                co_await c.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&v, 1)), root);
+            }(world, plan, n - 1));
+            return 0;
+        }
         stop_before("split");
         auto halves = world.split(me % 2, me);
         stop_before("transport");

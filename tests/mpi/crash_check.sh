@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
 # within the watchdog time, and what it prints must name the failed rank.
-#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end|stop_before_STEP
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end|stop_before_STEP|stop_while_busy
 set -u
 mpiexec=$1 flags=$2 exe=$3 how=$4
 start=$(date +%s)
@@ -39,6 +39,12 @@ case $how in
          grep -Fq "process 0: watchdog: process 0 waits in $waits #" <<<"$out" || fail "process 0 did not name its wait in $waits"
          grep -Eq "made no progress for 2\.[0-9] s \(the bound is 2\.0 s\); process 1 is silent: not in this collective" <<<"$out" ||
            fail "process 0 did not name process 1 as silent within the bound" ;;
+  stop_while_busy)
+         grep -q "process 1: stopping while busy" <<<"$out" || fail "process 1 did not stop"
+         grep -Fq "process 0: watchdog: process 0 waits in tpipe::mpi::communicator::broadcast #1" <<<"$out" ||
+           fail "process 0 did not name its wait in the broadcast"
+         grep -Eq "process 1 \(last heard profiling the plan \(for [0-9.]+ s\)\) is silent" <<<"$out" ||
+           fail "process 0 did not name process 1 as silent, with what it was doing" ;;
   kill)  grep -Eq "rank 1 .*signal 9|\[\[[0-9]+,1\],1\]" <<<"$out" || fail "nothing names the killed process" ;;
 esac
 echo "crash_check: '$how' ok"

@@ -3,7 +3,8 @@
 // member's collective fail within the bound, naming it as silent and the others as waiting; a
 // member that comes late but within the bound does not; split and duplicate inherit the bound;
 // with a set-up bound (environment_options::watchdog) a member that does not come to a split is
-// named alike.
+// named alike; a member busy on purpose (communicator::busy) is waited for while it answers, and
+// named with what it did once it stops.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -103,6 +104,68 @@ TEST_CASE("watchdog: a member late by less than the bound is no stall; split and
     }
     world.set_watchdog(0ms);
     ok = ok && refused && world.watchdog() == 0ms;
+    REQUIRE(tpipe_test::every_process(ok));
+}
+
+TEST_CASE("watchdog: a member busy on purpose for longer than the bound is waited for while it answers", "[mpi][watchdog][busy]")
+{
+    communicator world = communicator::world();
+    communicator c = world.duplicate();
+    const auto bound = 1000ms;
+    c.set_watchdog(bound, name_of);
+    const int root = c.size() - 1;  // "profiles" for three bounds, then sends what it found
+    std::int64_t found = -1;
+    bool ok = true;
+    if (c.rank() == root) {
+        auto busy = c.busy("profiling the test plan");
+        std::this_thread::sleep_for(3 * bound);
+        found = 42;
+    }
+    try {
+        tpipe::sync_wait([](communicator& cc, std::int64_t& v, int r) -> task<void> {
+            co_await cc.broadcast(std::as_writable_bytes(std::span<std::int64_t>(&v, 1)), r);
+        }(c, found, root));
+    } catch (const tpipe::error& e) {
+        INFO(e.what());
+        ok = false;
+    }
+    CHECK(found == 42);
+    REQUIRE(tpipe_test::every_process(ok && found == 42));
+}
+
+TEST_CASE("watchdog: a busy member that stops answering is named with what it was doing", "[mpi][watchdog][busy]")
+{
+    communicator world = communicator::world();
+    communicator c = world.duplicate();
+    const auto bound = 1000ms;
+    c.set_watchdog(bound, name_of);
+    const int root = c.size() - 1;
+    bool ok = false;
+    if (c.rank() == root) {
+        {
+            auto busy = c.busy("profiling the test plan");
+            std::this_thread::sleep_for(1500ms);
+        }
+        std::this_thread::sleep_for(bound + 2500ms);  // silent, as a stopped process: the others give up
+        tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        ok = true;
+    } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        std::string what;
+        try {
+            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+        } catch (const tpipe::watchdog_error& e) {
+            what = e.what();
+        }
+        const auto took = std::chrono::steady_clock::now() - t0;
+        INFO(what);
+        // Waited on while it answered (past one bound), given up within a bound of its silence.
+        ok = took > bound + 200ms && took < 1500ms + bound + 1000ms &&
+             contains(what, "process " + std::to_string(root) + " (test) (last heard profiling the test plan (for ") &&
+             contains(what, ") is silent");
+        CHECK(ok);
+    }
+    tpipe::mpi::detail::member_stalled().store(false);
     REQUIRE(tpipe_test::every_process(ok));
 }
 

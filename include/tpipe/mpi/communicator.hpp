@@ -42,6 +42,8 @@
 //   ends the job with MPI_Abort. Progress: the ring's pieces moving; the rank-order fold and
 //   native collectives count from their start, so the bound must exceed the longest of them.
 //   Communicators split or duplicated from this one inherit it.
+//   A member that works elsewhere for longer on purpose, while the others wait, says so with
+//   busy(what) (tpipe/mpi/busy_section.hpp).
 // - One communicator is awaited from one loop at a time (use split or duplicate() per loop).
 #include <mpi.h>
 
@@ -71,6 +73,7 @@
 #include "tpipe/async/on_stop.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/mpi/busy_section.hpp"
 #include "tpipe/mpi/collective_op.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
@@ -363,6 +366,13 @@ public:
     }
     //! The watchdog's bound (0: none).
     std::chrono::milliseconds watchdog() const noexcept { return s_->watch ? s_->watch->bound() : std::chrono::milliseconds(0); }
+
+    //! While the result lives, this member works outside the communicator's collectives on
+    //! purpose (`what`, e.g. "profiling the TeraPipe plan"), perhaps for longer than the
+    //! watchdog's bound: the others' watchdog waits on while it answers, and names `what` if it
+    //! stops (tpipe/mpi/busy_section.hpp). No collective of this communicator on this member, and
+    //! no set_watchdog, meanwhile. Without a watchdog it does nothing.
+    busy_section busy(std::string what) { return busy_section(s_->watch.get(), std::move(what)); }
 
     //! Cancels this member (any thread).
     void cancel() noexcept { canceller{s_.get()}(); }

@@ -14,6 +14,12 @@
 // its number in the communicator's order, for how long). At the bound the report names each
 // member that answered and what it waits in, and each that did not as silent: stopped, or busy
 // outside this communicator's collectives for the whole grace.
+//
+// A member that is busy on purpose for longer than the bound (process 0 profiling a plan that
+// the others wait for) says so with communicator::busy (tpipe/mpi/busy_section.hpp): a thread
+// answers the questions with what it does. When every other member answers, waiting or busy, and
+// one is busy, the wait is alive and its clock starts again; a busy member that stops stops
+// answering too, and the report names what it was doing.
 #include <mpi.h>
 
 #include <algorithm>
@@ -25,6 +31,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,6 +89,7 @@ public:
         MPI_Comm_size(comm_, &size_);
         process_ = world_ranks(comm_);  // members by their process, for the report
         answers_.resize(static_cast<std::size_t>(size_));
+        last_busy_.resize(static_cast<std::size_t>(size_));
         post();
     }
     stall_watch(const stall_watch&) = delete;
@@ -117,10 +125,22 @@ public:
     //! bound - grace, asks them; at the bound returns the report (else an empty string).
     std::string poll(const char* what, std::uint64_t seq, watch_clock::time_point since)
     {
+        std::lock_guard lock(mutex_);
+        if (seq != seq_) {  // another collective: what members were busy with before is stale
+            seq_ = seq;
+            std::fill(last_busy_.begin(), last_busy_.end(), note{});
+        }
         const auto now = watch_clock::now();
         if (now - looked_ >= std::chrono::milliseconds(1)) {  // the inbox at most once a millisecond
             looked_ = now;
-            read_inbox(what, seq, now - since);
+            read_inbox(note_kind::answer, what, seq, now - since);
+        }
+        const auto started = since;
+        if (alive_at_ > since) since = alive_at_;
+        if (asking_ && survey_since_ == since && alive()) {  // everyone answered, one is busy: wait on
+            alive_at_ = now;
+            asking_ = false;
+            return {};
         }
         if (now - since < bound_ - grace_) return {};
         if (!asking_ || survey_since_ != since) {
@@ -132,11 +152,19 @@ public:
                 if (m != me_) send(m, make(note_kind::ask, what, seq, now - since, survey_));
         }
         if (now - since < bound_) return {};
-        return report(what, seq, now - since);
+        return report(what, seq, now - since, now - started);
+    }
+
+    //! From communicator::busy's thread, while this member works outside the communicator's
+    //! collectives (for `busy_for` so far): answers the others' questions with `what`.
+    void answer_busy(const char* what, watch_clock::duration busy_for)
+    {
+        std::lock_guard lock(mutex_);
+        read_inbox(note_kind::busy, what, 0, busy_for);
     }
 
 private:
-    enum class note_kind : std::uint32_t { none, ask, answer };
+    enum class note_kind : std::uint32_t { none, ask, answer, busy };
     struct note {
         note_kind kind = note_kind::none;
         std::uint32_t survey = 0;  //!< the asker's survey this answers
@@ -168,7 +196,22 @@ private:
         MPI_Isend(sent_.back().body.get(), sizeof(note), MPI_BYTE, m, 0, comm_, &sent_.back().req);
     }
 
-    void read_inbox(const char* what, std::uint64_t seq, watch_clock::duration waited)
+    //! Every other member answered this survey, and one of them is busy (so alive).
+    bool alive() const noexcept
+    {
+        bool busy = false;
+        for (int m = 0; m < size_; ++m) {
+            if (m == me_) continue;
+            const note_kind k = answers_[static_cast<std::size_t>(m)].kind;
+            if (k == note_kind::none) return false;
+            busy = busy || k == note_kind::busy;
+        }
+        return busy;
+    }
+
+    //! Reads the notes that arrived; answers each question as `mine` (answer: waiting in `what`
+    //! #seq; busy: doing `what`).
+    void read_inbox(note_kind mine, const char* what, std::uint64_t seq, watch_clock::duration waited)
     {
         while (!sent_.empty()) {  // notes sent, oldest first
             int done = 0;
@@ -185,12 +228,19 @@ private:
             post();
             if (from < 0 || from >= size_) continue;
             if (n.kind == note_kind::ask) {
-                send(from, make(note_kind::answer, what, seq, waited, n.survey));
+                send(from, make(mine, what, seq, waited, n.survey));
                 if (asking_) answers_[from] = n;  // it waits in a collective too (its number says which)
-            } else if (n.kind == note_kind::answer && asking_ && n.survey == survey_) {
+            } else if ((n.kind == note_kind::answer || n.kind == note_kind::busy) && asking_ && n.survey == survey_) {
                 answers_[from] = n;
+                if (n.kind == note_kind::busy) last_busy_[from] = n;
             }
         }
+    }
+
+    //! A busy note as the report says it: "profiling the TeraPipe plan (for 12.0 s)".
+    static std::string text(const note& b)
+    {
+        return std::string(b.what, strnlen(b.what, sizeof b.what)) + " (for " + seconds(b.waited_ms) + ")";
     }
 
     static std::string seconds(std::int64_t ms)
@@ -200,11 +250,14 @@ private:
         return b;
     }
 
-    std::string report(const char* what, std::uint64_t seq, watch_clock::duration waited) const
+    std::string report(const char* what, std::uint64_t seq, watch_clock::duration waited, watch_clock::duration in_all) const
     {
         const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
         std::string r = "watchdog: " + name(me_) + " waits in " + what + " #" + std::to_string(seq) + " and it has made no progress for " +
                         seconds(ms) + " (the bound is " + seconds(bound_.count()) + ")";
+        if (in_all - waited >= std::chrono::milliseconds(100))  // the clock started again while a member was busy
+            r += " since a busy member last answered, " +
+                 seconds(std::chrono::duration_cast<std::chrono::milliseconds>(in_all).count()) + " in all";
         std::string silent;
         int n_silent = 0;
         for (int m = 0; m < size_; ++m) {
@@ -212,6 +265,13 @@ private:
             const note& a = answers_[static_cast<std::size_t>(m)];
             if (a.kind == note_kind::none) {
                 silent += (n_silent++ ? ", " : "") + name(m);
+                const note& b = last_busy_[static_cast<std::size_t>(m)];
+                if (b.kind == note_kind::busy)  // it stopped answering while busy: say at what
+                    silent += " (last heard " + text(b) + ")";
+                continue;
+            }
+            if (a.kind == note_kind::busy) {  // busy, yet someone else is silent
+                r += "; " + name(m) + " is " + text(a);
                 continue;
             }
             r += "; " + name(m) + " waits in " + std::string(a.what, strnlen(a.what, sizeof a.what)) + " #" + std::to_string(a.seq) +
@@ -234,9 +294,13 @@ private:
     note in_{};
     std::deque<sent_note> sent_;
     std::vector<note> answers_;
+    std::vector<note> last_busy_;  //!< each member's latest busy answer in collective #seq_ (none: not busy)
+    std::uint64_t seq_ = 0;
     bool asking_ = false;
     std::uint32_t survey_ = 0;
     watch_clock::time_point survey_since_{}, looked_{};
+    watch_clock::time_point alive_at_{};  //!< when a survey last found every member alive, one busy
+    std::mutex mutex_;                     //!< poll (the loop) and answer_busy (a busy section's thread)
 };
 
 } // namespace tpipe::mpi::detail
