@@ -1,9 +1,9 @@
 // The main of every GPU test executable: runs the Catch2 session only where a CUDA device can
 // be used. Without one it prints why and exits 77, which CTest reports as skipped: a GPU test
 // that did not run is never counted as passed. TPIPE_GPU_MIN_DEVICES=N (default 1) asks for N
-// devices (NCCL between processes needs a distinct GPU per rank).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// devices (NCCL between processes needs a distinct GPU per rank). Catch2's session:
+// tests/catch_session.cpp.
+#include "../catch_session.hpp"
 
 #include <cuda_runtime_api.h>
 #include <tpipe/cuda/availability.hpp>
@@ -24,5 +24,5 @@ int main(int argc, char* argv[])
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, 0) == cudaSuccess)
         std::printf("GPU 0 of %d: %s, compute capability %d.%d\n", devices, p.name, p.major, p.minor);
-    return Catch::Session().run(argc, argv);
+    return tpipe_test::run_catch(argc, argv);
 }
