@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mpi_suite.hpp"
@@ -32,6 +33,19 @@ std::string name_of(int process) { return "process " + std::to_string(process) +
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+//! A barrier that the watchdog gives up: its report, and how long it waited.
+std::pair<std::string, std::chrono::steady_clock::duration> barrier_given_up(communicator& c)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    try {
+        tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
+    } catch (const tpipe::watchdog_error& e) {
+        what = e.what();
+    }
+    return {what, std::chrono::steady_clock::now() - t0};
+}
+
 } // namespace
 
 TEST_CASE("watchdog: a silent member fails every other member's collective within the bound, naming it", "[mpi][watchdog]")
@@ -49,14 +63,7 @@ TEST_CASE("watchdog: a silent member fails every other member's collective withi
         tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
         ok = true;
     } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        std::string what;
-        try {
-            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
-        } catch (const tpipe::watchdog_error& e) {
-            what = e.what();
-        }
-        const auto took = std::chrono::steady_clock::now() - t0;
+        const auto [what, took] = barrier_given_up(c);
         INFO(what);
         ok = took >= bound && took < bound + 1000ms && contains(what, "process " + std::to_string(silent) + " (test) is silent") &&
              contains(what, "tpipe::mpi::communicator::barrier #1");
@@ -150,14 +157,7 @@ TEST_CASE("watchdog: a busy member that stops answering is named with what it wa
         tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
         ok = true;
     } else {
-        const auto t0 = std::chrono::steady_clock::now();
-        std::string what;
-        try {
-            tpipe::sync_wait([](communicator& cc) -> task<void> { co_await cc.barrier(); }(c));
-        } catch (const tpipe::watchdog_error& e) {
-            what = e.what();
-        }
-        const auto took = std::chrono::steady_clock::now() - t0;
+        const auto [what, took] = barrier_given_up(c);
         INFO(what);
         // Waited on while it answered (past one bound), given up within a bound of its silence.
         ok = took > bound + 200ms && took < 1500ms + bound + 1000ms &&
