@@ -126,9 +126,10 @@ public:
     std::string poll(const char* what, std::uint64_t seq, watch_clock::time_point since)
     {
         std::lock_guard lock(mutex_);
-        if (seq != seq_) {  // another collective: what members were busy with before is stale
+        if (seq != seq_) {  // another collective: what members were busy with before, and when, is stale
             seq_ = seq;
             std::fill(last_busy_.begin(), last_busy_.end(), note{});
+            alive_at_ = {};
         }
         const auto now = watch_clock::now();
         if (now - looked_ >= std::chrono::milliseconds(1)) {  // the inbox at most once a millisecond
@@ -237,11 +238,11 @@ private:
         }
     }
 
+    //! What a note says its sender does: "profiling the TeraPipe plan".
+    static std::string what_of(const note& n) { return std::string(n.what, strnlen(n.what, sizeof n.what)); }
+
     //! A busy note as the report says it: "profiling the TeraPipe plan (for 12.0 s)".
-    static std::string text(const note& b)
-    {
-        return std::string(b.what, strnlen(b.what, sizeof b.what)) + " (for " + seconds(b.waited_ms) + ")";
-    }
+    static std::string text(const note& b) { return what_of(b) + " (for " + seconds(b.waited_ms) + ")"; }
 
     static std::string seconds(std::int64_t ms)
     {
@@ -274,7 +275,7 @@ private:
                 r += "; " + name(m) + " is " + text(a);
                 continue;
             }
-            r += "; " + name(m) + " waits in " + std::string(a.what, strnlen(a.what, sizeof a.what)) + " #" + std::to_string(a.seq) +
+            r += "; " + name(m) + " waits in " + what_of(a) + " #" + std::to_string(a.seq) +
                  " (for " + seconds(a.waited_ms) + ")";
         }
         if (n_silent > 0)
@@ -299,8 +300,8 @@ private:
     bool asking_ = false;
     std::uint32_t survey_ = 0;
     watch_clock::time_point survey_since_{}, looked_{};
-    watch_clock::time_point alive_at_{};  //!< when a survey last found every member alive, one busy
-    std::mutex mutex_;                     //!< poll (the loop) and answer_busy (a busy section's thread)
+    watch_clock::time_point alive_at_{};  //!< when a survey of collective #seq_ last found every member alive, one busy
+    std::mutex mutex_;  //!< poll (the loop) and answer_busy (a busy section's thread)
 };
 
 } // namespace tpipe::mpi::detail
