@@ -110,6 +110,11 @@ if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/gpt_threads_vs_processes.sh ${MPIEXEC_EXECUTABLE}
                    "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt>)
   set_tests_properties(gpt_mpi_equals_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
+  # Tensor-parallel stages (--tp) over T x P x D processes, checked against the model at T = 1.
+  add_test(NAME gpt_mpi_tensor_parallel
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/gpt_tensor_parallel.sh ${MPIEXEC_EXECUTABLE}
+                   "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt>)
+  set_tests_properties(gpt_mpi_tensor_parallel PROPERTIES TIMEOUT 600 PROCESSORS 2 FAIL_REGULAR_EXPRESSION "FAIL")
   # A TeraPipe plan profiled on process 0 and broadcast (plans depend on timings, so this run is
   # checked against the non-pipelined reference rather than against a thread run).
   add_test(NAME gpt_mpi_terapipe_planned

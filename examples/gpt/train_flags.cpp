@@ -45,6 +45,9 @@ const char* usage_text =
     "  --shard-optimizer with --dp D: each replica keeps AdamW's moments for 1/D of its stages' parameters\n"
     "                    (ZeRO-1, Megatron's distributed optimizer): gradients reduce-scattered, each replica\n"
     "                    steps its shard, parameters all-gathered; bitwise the same training as without it\n"
+    "  --tp T            tensor-parallel ranks per stage (Megatron's split: each holds 1/T of the heads and of\n"
+    "                    the MLP, and the stage sums its partial products over them); over MPI processes:\n"
+    "                    mpirun -np T*P*D train_gpt --transport mpi --tp T ... (default 1)\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
@@ -102,7 +105,7 @@ void check_memory(const options& o)
     const double params = o.cfg.layers * (4 * d * d + 2 * d * F + 9 * d + F) + (o.cfg.tied ? 1 : 2) * V * d +
                           double(o.cfg.seq_len) * d + 2 * d;
     const double per_parameter = o.shard_optimizer ? 8 + 8.0 / o.dp : 16;  // weights, gradients, AdamW's moments
-    const double need = params * per_parameter * (o.transport == "mpi" ? 1 : o.dp) * (o.check ? 2 : 1);
+    const double need = params / (o.transport == "mpi" ? o.tp : 1) * per_parameter * (o.transport == "mpi" ? 1 : o.dp) * (o.check ? 2 : 1);
     const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     if (have > 0 && need > have)
     {
@@ -146,6 +149,7 @@ options parse(int argc, char** argv)
     o.granularity = r.number<std::int64_t>("--granularity", o.granularity, 1);
     o.threads = r.number("--threads", o.threads, 1, most);
     o.dp = r.number("--dp", o.dp, 1, most);
+    o.tp = r.number("--tp", o.tp, 1, most);
     o.transport = r.text("--transport", o.transport);
     o.device = r.text("--device", o.device);
     o.precision = r.text("--precision", o.precision);
@@ -236,6 +240,21 @@ options parse(int argc, char** argv)
     r.applies_only({"--plan-from"}, !o.el.plan_from.empty(), "needs a file name, got an empty one");
     r.applies_only({"--plan-from"}, !r.given("--resume"),
                    "does not go with --resume (a resumed run plans from the unit times its checkpoint saved)");
+    if (o.tp > 1) {  // what a tensor-parallel run composes with today (docs/tensor_parallel.md)
+        if (o.transport != "mpi")
+            throw usage_error("--tp " + std::to_string(o.tp) + " runs each tensor rank in an MPI process: add --transport " +
+                              "mpi and launch mpirun -np " + std::to_string(o.tp * o.stages * o.dp) +
+                              " (T*P*D); train_gpt does not run tensor ranks on threads");
+        if (o.cfg.heads % o.tp != 0 || o.cfg.d_ff() % o.tp != 0)
+            throw usage_error("--tp " + std::to_string(o.tp) + " must divide --heads " + std::to_string(o.cfg.heads) +
+                              " and the MLP width 4 x --d-model = " + std::to_string(o.cfg.d_ff()) +
+                              ": each tensor rank holds whole heads and an equal share of the MLP");
+        r.applies_only({"--elastic", "--save", "--resume", "--shard-optimizer", "--device"}, false,
+                       "is not supported with --tp > 1 yet (docs/tensor_parallel.md lists what composes)");
+        if (o.slicer == "terapipe")
+            throw usage_error("--slicer terapipe profiles one process's whole stage; with --tp " + std::to_string(o.tp) +
+                              " give a fixed slicer (token slices: grid:M:l1,l2,...)");
+    }
     if (o.device != "cpu" && o.device != "cuda") throw usage_error("unknown device '" + o.device + "'; use cpu or cuda");
     r.applies_only({"--precision"}, o.device == "cuda", "applies with --device cuda");
     if (o.device == "cuda") {

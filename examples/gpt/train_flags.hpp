@@ -34,6 +34,7 @@ struct options {
     double check_tol = 1e-3;
     int threads = 0;  // 0: hardware threads
     int dp = 1;
+    int tp = 1;  // tensor-parallel ranks per stage (Megatron's split; over MPI)
     std::string transport = "threads";
     std::string device = "cpu";
     std::string precision = "fp32";

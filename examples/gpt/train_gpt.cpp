@@ -115,7 +115,7 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
                                      .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
                                      .input_bytes = 4};
-            const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), 1, o.cfg.seq_len, mo);
+            const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), o.tp, o.cfg.seq_len, mo);
             bytes += m.static_bytes() + m.all_alive_bytes(units);
         }
     return bytes;
@@ -156,7 +156,7 @@ int train_on_cuda(const options& o, const std::string& text)
     f.add("--heads", o.cfg.heads).add("--seq-len", o.cfg.seq_len).add("--untied", !o.cfg.tied).add("--batch", o.batch);
     f.add("--steps", o.steps).add("--steps given", o.steps_given).add("--lr", o.lr).add("--seed", o.seed);
     f.add("--watchdog", o.watchdog).add("--stages", o.stages).add("--schedule", o.schedule).add("--virtual", o.virtual_stages);
-    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--device", o.device);
+    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--tp", o.tp).add("--device", o.device);
     f.add("--precision", o.precision).add("--check", o.check).add("--check-tol", o.check_tol);
     f.add("--elastic", o.elastic).add("--devices", o.el.opts.devices).add("--alpha", o.el.opts.alpha);
     f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
@@ -407,13 +407,13 @@ int train(const options& o)
 #ifdef TPIPE_GPT_MPI
     std::unique_ptr<mpi_job> mpi;
     if (over_mpi) {
-        mpi = std::make_unique<mpi_job>(ranks, D, std::chrono::seconds(o.watchdog));
+        mpi = std::make_unique<mpi_job>(ranks, D, o.tp, std::chrono::seconds(o.watchdog));
         where = mpi->where;
     }
 #endif
     const bool speaks = where.process == 0;  // one process prints
     const int hw = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-    const int threads_per_part = std::max(1, hw / (ranks * D));
+    const int threads_per_part = std::max(1, hw / (ranks * D * o.tp));
     const bool tty = !o.json && speaks && isatty(STDOUT_FILENO);
 
     // The replicas this process holds: each its weights, data stream and optimizer; their
@@ -452,7 +452,8 @@ int train(const options& o)
         std::cout << "model: " << o.cfg.layers << " layers, d_model " << o.cfg.d_model << ", " << o.cfg.heads
                   << " heads, " << gpt::layout(o.cfg).total << " parameters; " << ranks << " rank(s), " << stages
                   << " stage(s), schedule " << o.schedule << ", " << D << " replica(s) over " << o.transport << ", "
-                  << threads_per_part << " thread(s) per stage\n"
+                  << threads_per_part << " thread(s) per stage"
+                  << (o.tp > 1 ? ", " + std::to_string(o.tp) + " tensor ranks per stage" : std::string()) << "\n"
                   << "units: " << describe(units) << "\n";
 
     // Pipelines, runners and the data-parallel all-reduce of every replica here.
@@ -470,7 +471,7 @@ int train(const options& o)
     for (auto& r : reps) {
         std::vector<bool> here(static_cast<std::size_t>(stages));
         for (int s = 0; s < stages; ++s) here[s] = where.runs(r->index, prog.stage_rank[s]);
-        r->build(stages, threads_per_part, here);
+        r->build(stages, threads_per_part, here, where.tensor);
         r->model->set_recompute(o.recompute);
         tpipe::run_options opts = ro;
         if (!over_mpi) {
@@ -637,6 +638,7 @@ int train(const options& o)
                                 {"ranks", ranks},
                                 {"stages", stages},
                                 {"dp", D},
+                                {"tp", o.tp},
                                 {"transport", o.transport},
                                 {"replicas_identical", replicas_identical},
                                 {"weights_fnv", weights_fnv},

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <tpipe/comm/blocking_group.hpp>
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/flag_reader.hpp>
@@ -36,6 +37,7 @@ struct job {
     int process = 0;
     int replica = -1;  //!< -1: every replica and rank
     int rank = -1;
+    gpt::tensor_split tensor{};  //!< this process's tensor rank (--tp; over MPI only)
     bool has_replica(int d) const { return replica < 0 || replica == d; }
     bool runs(int d, int r) const { return has_replica(d) && (rank < 0 || rank == r); }
     int first_replica() const { return replica < 0 ? 0 : replica; }
@@ -58,10 +60,10 @@ struct replica {
     //! Every replica starts from the same weights (same seed); each draws its own batches.
     replica(const options& opts, int d) : index(d), o(&opts) {}
 
-    void build(int stages, int threads_per_part, const std::vector<bool>& here)
+    void build(int stages, int threads_per_part, const std::vector<bool>& here, gpt::tensor_split tensor = {})
     {
         state = std::make_unique<gpt::stage_states<float>>(o->cfg, stages, std::vector<int>{}, here,
-                                                           gpt::adamw_options{.lr = o->lr}, o->seed);
+                                                           gpt::adamw_options{.lr = o->lr}, o->seed, tensor);
         model = std::make_unique<gpt::pipelined_model<float>>(o->cfg, state->pointers(), threads_per_part);
     }
     //! Whether the stages this replica and `other` both hold have the same weights, bitwise.
@@ -146,13 +148,15 @@ struct replica {
 };
 
 #ifdef TPIPE_GPT_MPI
-//! train_gpt under mpirun: process d * P + r runs pipeline rank r of replica d.
+//! train_gpt under mpirun: process (d * P + r) * T + k runs tensor rank k of pipeline rank r of
+//! replica d (tpipe::mpi::job's order; T = 1 without --tp).
 //!
-//! Stage-local state: each process holds and steps its stages only. After the run, the
-//! replica's pipeline ranks sum (tpipe::mpi::communicator, rank-order fold) the tied gradient's
-//! shares (embedding + head) and the exact sums of squares of the norm clip (integers: the sum
-//! is exact), so every process clips with the same global norm, bitwise that of the same run
-//! on threads.
+//! Stage-local state: each process holds and steps its stages only (with --tp, its tensor rank's
+//! share of them). After the run, the replica's pipeline ranks sum (tpipe::mpi::communicator,
+//! rank-order fold) the tied gradient's shares (embedding + head) and the exact sums of squares
+//! of the norm clip (integers: the sum is exact), then the tensor group sums the squares of its
+//! shares, so every process clips with the same global norm, bitwise that of the same run on
+//! threads.
 class mpi_job {
 public:
     job where;
@@ -160,23 +164,27 @@ public:
     //! `watchdog` (0: none) bounds every collective of the job from here on: the plan's share, the
     //! tied gradient's and the norm's sums, the loss, the checkpoint's barrier. A stopped process
     //! is named by the others and the job ends, instead of hanging in them.
-    mpi_job(int ranks, int replicas, std::chrono::milliseconds watchdog) : P_(ranks), D_(replicas)
+    mpi_job(int ranks, int replicas, int tensor_ranks, std::chrono::milliseconds watchdog)
+        : P_(ranks), D_(replicas), T_(tensor_ranks)
     {
         int size = 0;
         MPI_Comm_size(MPI_COMM_WORLD, &size);
-        if (size != P_ * D_)  // in the flags' words (tpipe::mpi::job would also take one process)
-            throw usage_error("--transport mpi with --stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) +
-                              " needs " + std::to_string(P_ * D_) + " processes, but the job has " +
-                              std::to_string(size) + "; launch it with mpirun -np " + std::to_string(P_ * D_));
-        job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.pipeline_ranks = P_, .replicas = D_});
+        if (size != T_ * P_ * D_)  // in the flags' words (tpipe::mpi::job would also take one process)
+            throw usage_error("--transport mpi with " + (T_ > 1 ? "--tp " + std::to_string(T_) + ", " : std::string()) +
+                              "--stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) + " needs " +
+                              std::to_string(T_ * P_ * D_) + " processes, but the job has " + std::to_string(size) +
+                              "; launch it with mpirun -np " + std::to_string(T_ * P_ * D_));
+        job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.tensor_ranks = T_, .pipeline_ranks = P_, .replicas = D_});
         const tpipe::coordinate me = job_->where();
         where.process = job_->process();
         where.replica = me.replica;
         where.rank = me.rank;
+        where.tensor = {me.tensor_rank, T_};
         transport_ = &job_->transport();
         replicas_ = &job_->data();
         pipeline_comm_ = &job_->pipeline();
         world_ = &job_->all();
+        if (T_ > 1) tensor_ = std::make_unique<tpipe::blocking_group<tpipe::mpi::communicator>>(job_->tensor());
         job_->set_watchdog(watchdog);
     }
 
@@ -239,6 +247,10 @@ public:
             if (sharded) r.shard_optimizer(*dp_);
         }
         sharded_ = sharded && D_ > 1;
+        if (tensor_)  // this rank's stages sum their partial products over the tensor group, in program order
+            for (int s = 0; s < prog.stages(); ++s)
+                if (r.model->has_part(s))
+                    r.model->part_at(s).set_tensor_sum([g = tensor_.get()](std::span<float> v) { g->all_reduce_sum(v); });
         runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
     }
 
@@ -255,12 +267,18 @@ public:
                 co_await over_pipeline(v);
             };
             tpipe::sync_wait(r.sharded_step(*dp_, pipeline, all, whole_gradients));
-        } else {  // every replica holds the reduced gradients: the sums run over the pipeline only
+        } else {  // every replica holds the reduced gradients: the sums run over the pipeline (and tensor group)
             auto pipeline = [this](auto v) { return over_pipeline(v); };
-            tpipe::sync_wait(r.step_stages(pipeline, pipeline));
+            auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
+                co_await over_pipeline(v);
+                if (T_ > 1) co_await job_->tensor().all_reduce_sum(v);  // the squares of every tensor rank's share
+            };
+            tpipe::sync_wait(r.step_stages(pipeline, all));
         }
-        // Added as train() adds the replicas' losses on threads: the same bits.
-        return tpipe::sync_wait(tpipe::replica_mean(*world_, mine, P_, D_));
+        // Added as train() adds the replicas' losses on threads: the same bits. Every tensor rank
+        // of the last stage has the loss; rank 0's is counted (the others add zeros).
+        const double counted = where.tensor.rank == 0 ? mine : 0.0;
+        return tpipe::sync_wait(tpipe::replica_mean(*world_, counted, P_ * T_, D_));
     }
 
 private:
@@ -283,6 +301,10 @@ public:
     //! the hash of the stages before it and hands it on.
     std::string fingerprint(const replica& r, const tpipe::program& prog)
     {
+        if (T_ > 1) {  // the shares put together: the whole model's vector, hashed on every process
+            const std::vector<float> w = whole(r, false);
+            return gpt::fnv_hex(gpt::fnv_update(gpt::fnv_offset_basis, std::span<const float>(w)));
+        }
         std::uint64_t h = gpt::fnv_offset_basis;
         for (int s = 0; s < prog.stages(); ++s) {
             const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
@@ -291,11 +313,15 @@ public:
         }
         return gpt::fnv_hex(h);
     }
-    //! The replica's whole weights or gradients on every rank of its pipeline (for --check).
+    //! The replica's whole weights or gradients on every process of the replica (for --check).
     std::vector<float> whole(const replica& r, bool gradients)
     {
-        std::vector<float> w = r.state->whole(gradients);  // zeros where other ranks hold the stages
+        std::vector<float> w = r.state->whole(gradients);  // zeros where other processes hold them
         tpipe::sync_wait(over_pipeline(std::span<float>(w)));
+        if (T_ > 1)  // each element is one process's: the sums add zeros, exactly
+            tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<float> v) -> tpipe::task<void> {
+                co_await c.all_reduce_sum(v);
+            }(job_->tensor(), std::span<float>(w)));
         return w;
     }
 
@@ -320,12 +346,13 @@ private:
         co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
     }
     using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
-    int P_, D_;
+    int P_, D_, T_;
     std::unique_ptr<tpipe::mpi::job> job_;  // the layout, the transport and every group's communicator
     tpipe::mpi::transport* transport_ = nullptr;
     tpipe::mpi::communicator *replicas_ = nullptr, *pipeline_comm_ = nullptr, *world_ = nullptr;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
     std::unique_ptr<runner_t> runner_;
+    std::unique_ptr<tpipe::blocking_group<tpipe::mpi::communicator>> tensor_;  // the stages' sums (--tp)
     bool sharded_ = false;
 };
 #endif

@@ -5,16 +5,15 @@
 // [k h/t, (k+1) h/t); its forward's partial W2_k (W1_k x) is summed over the tensor group, and so
 // is its backward's partial W1_k^T (W2_k^T g). With no group (t = 1) it is the whole layer.
 //
-// The stage concept is synchronous, and sync_wait may not run inside a loop, so the collective
-// runs on a thread of its own while the compute blocks (each rank has its own loop here).
+// The stage concept is synchronous: it sums through a tpipe::blocking_group, which runs the
+// collective on a thread of its own while the compute blocks (each rank has its own loop here).
 #include <cstdint>
-#include <future>
 #include <map>
+#include <memory>
 #include <span>
 #include <vector>
 
-#include "tpipe/async/sync_wait.hpp"
-#include "tpipe/async/task.hpp"
+#include "tpipe/comm/blocking_group.hpp"
 #include "tpipe/core/unit.hpp"
 
 namespace tp_test {
@@ -31,12 +30,12 @@ struct mlp_stage {
     using output = vec;
 
     int stage = 0, tensor_rank = 0, tensor_ranks = 1;
-    Comm* group = nullptr;  // the tensor group; null: t = 1
+    std::shared_ptr<tpipe::blocking_group<Comm>> group;  // the tensor group's sum; null: t = 1
     vec dw1, dw2;           // this rank's shares: rows of W1 (h/t x n), columns of W2 (n x h/t)
     std::map<int, std::pair<vec, vec>> saved;  // microbatch -> (x, W1_k x)
 
     mlp_stage(int s, int k, int t, Comm* g)
-        : stage(s), tensor_rank(k), tensor_ranks(t), group(g), dw1(static_cast<std::size_t>(share() * width)),
+        : stage(s), tensor_rank(k), tensor_ranks(t), group(g ? std::make_shared<tpipe::blocking_group<Comm>>(*g) : nullptr), dw1(static_cast<std::size_t>(share() * width)),
           dw2(static_cast<std::size_t>(width * share()))
     {
     }
@@ -78,11 +77,7 @@ struct mlp_stage {
 private:
     void sum_over_group(vec& v)
     {
-        if (!group) return;
-        std::async(std::launch::async, [&] {
-            tpipe::sync_wait([](Comm& c, std::span<std::int64_t> s) -> tpipe::task<void> { co_await c.all_reduce_sum(s); }(
-                *group, std::span<std::int64_t>(v)));
-        }).get();
+        if (group) group->all_reduce_sum(std::span<std::int64_t>(v));
     }
 };
 

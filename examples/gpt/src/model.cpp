@@ -32,16 +32,30 @@ layout::layout(const config& c, const holding& h) : held(h)
         throw std::invalid_argument("gpt::layout: layers [" + std::to_string(held.layer_begin) + ", " +
                                     std::to_string(held.layer_end) + ") are not inside the model's " +
                                     std::to_string(c.layers));
-    const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff();
+    const tensor_split tp = held.tensor;
+    if (tp.ranks < 1 || tp.rank < 0 || tp.rank >= tp.ranks)
+        throw std::invalid_argument("gpt::layout: tensor rank " + std::to_string(tp.rank) + " of " +
+                                    std::to_string(tp.ranks) + " (needs 0 <= rank < ranks)");
+    if (c.heads % tp.ranks != 0 || c.d_ff() % tp.ranks != 0)
+        throw std::invalid_argument("gpt::layout: " + std::to_string(tp.ranks) + " tensor ranks must divide the " +
+                                    std::to_string(c.heads) + " heads and the MLP width " + std::to_string(c.d_ff()) +
+                                    " (each rank holds whole heads and an equal share of the MLP)");
+    const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff(), t = tp.ranks;
+    using split = tensor_info::split;
     std::int64_t global = 0;
-    // Every tensor in the whole model's order; the held ones get storage here.
-    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, bool keep) {
-        tensor_info t{std::move(name), keep ? total : -1, std::move(shape), decay, global, false};
-        global += t.size();
+    // Every tensor in the whole model's order; the held ones get storage here. `shape` is this
+    // tensor rank's share (the whole for split::whole); `global` counts whole tensors.
+    auto add = [&](std::string name, std::vector<std::int64_t> shape, bool decay, bool keep, split cut = split::whole,
+                   int blocks = 1) {
+        tensor_info ti{std::move(name), keep ? total : -1, std::move(shape), decay, global, false};
+        ti.cut = cut;
+        ti.blocks = blocks;
+        ti.replica_copy = cut == split::whole && tp.rank > 0;
+        global += ti.whole_size(tp);
         if (!keep) return std::int64_t{-1};
-        total += t.size();
-        tensors.push_back(t);
-        return t.offset;
+        total += ti.size();
+        tensors.push_back(ti);
+        return ti.offset;
     };
     const bool copy = c.tied && held.last && !held.first;  // the tied head's copy of the embedding
     wte = add("wte", {V, d}, true, held.first || copy);
@@ -54,15 +68,15 @@ layout::layout(const config& c, const holding& h) : held(h)
         b.begin = keep ? total : -1;
         b.ln1_g = add(p + "ln1.g", {d}, false, keep);
         b.ln1_b = add(p + "ln1.b", {d}, false, keep);
-        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d}, true, keep);
-        b.b_qkv = add(p + "attn.b_qkv", {3 * d}, false, keep);
-        b.w_o = add(p + "attn.w_o", {d, d}, true, keep);
+        b.w_qkv = add(p + "attn.w_qkv", {d, 3 * d / t}, true, keep, split::columns, 3);
+        b.b_qkv = add(p + "attn.b_qkv", {3 * d / t}, false, keep, split::columns, 3);
+        b.w_o = add(p + "attn.w_o", {d / t, d}, true, keep, split::rows);
         b.b_o = add(p + "attn.b_o", {d}, false, keep);
         b.ln2_g = add(p + "ln2.g", {d}, false, keep);
         b.ln2_b = add(p + "ln2.b", {d}, false, keep);
-        b.w_fc = add(p + "mlp.w_fc", {d, F}, true, keep);
-        b.b_fc = add(p + "mlp.b_fc", {F}, false, keep);
-        b.w_proj = add(p + "mlp.w_proj", {F, d}, true, keep);
+        b.w_fc = add(p + "mlp.w_fc", {d, F / t}, true, keep, split::columns);
+        b.b_fc = add(p + "mlp.b_fc", {F / t}, false, keep, split::columns);
+        b.w_proj = add(p + "mlp.w_proj", {F / t, d}, true, keep, split::rows);
         b.b_proj = add(p + "mlp.b_proj", {d}, false, keep);
         b.end = keep ? total : -1;
         blocks.push_back(b);
@@ -72,6 +86,17 @@ layout::layout(const config& c, const holding& h) : held(h)
     head = c.tied ? wte : add("head", {V, d}, true, held.last);
     if (!held.last) head = -1;
     tied = c.tied;
+}
+
+std::int64_t tensor_info::whole_index(std::int64_t i, const tensor_split& tp) const
+{
+    if (cut == split::whole) return i;
+    const std::int64_t cols = shape.back();
+    const std::int64_t row = i / cols, col = i % cols;
+    if (cut == split::rows) return (tp.rank * shape.front() + row) * cols + col;
+    // Columns: block b of the whole (width cols * ranks / blocks) holds rank k's piece at k * w.
+    const std::int64_t w = cols / blocks, whole_cols = cols * tp.ranks;
+    return row * whole_cols + (col / w) * w * tp.ranks + tp.rank * w + col % w;
 }
 
 std::int64_t layout::frozen_end(int frozen) const
@@ -121,18 +146,22 @@ void parameters<T>::init(std::uint64_t seed)
     const double proj_std = 0.02 / std::sqrt(2.0 * std::max(1, cfg.layers));
     // The whole model's draws in its order, so that every stage gets the whole model's values.
     const layout whole(cfg);
+    const tensor_split tp = lay.held.tensor;
+    std::vector<T> drawn;  // a split tensor's whole values, for this rank's share
     auto mine = lay.tensors.begin();
     for (const auto& t : whole.tensors) {
         const bool held = mine != lay.tensors.end() && mine->global_offset == t.global_offset;
-        T* p = held ? value.data() + mine->offset : nullptr;
+        const tensor_info* here = held ? &*mine : nullptr;
         if (held) ++mine;
         const bool is_gain = t.name.size() >= 2 && t.name.substr(t.name.size() - 2) == ".g";
         const bool is_proj = t.name.find("w_o") != std::string::npos || t.name.find("w_proj") != std::string::npos;
-        for (std::int64_t i = 0; i < t.size(); ++i) {
-            const T x = t.shape.size() == 2 ? static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02))
-                                            : is_gain ? T(1) : T(0);
-            if (p) p[i] = x;
-        }
+        drawn.resize(static_cast<std::size_t>(t.size()));
+        for (std::int64_t i = 0; i < t.size(); ++i)
+            drawn[static_cast<std::size_t>(i)] = t.shape.size() == 2 ? static_cast<T>(normal(s) * (is_proj ? proj_std : 0.02))
+                                                                     : is_gain ? T(1) : T(0);
+        if (here)
+            for (std::int64_t i = 0; i < here->size(); ++i)
+                value[static_cast<std::size_t>(here->offset + i)] = drawn[static_cast<std::size_t>(here->whole_index(i, tp))];
     }
     zero_grad();
 }
@@ -315,7 +344,7 @@ void part<T>::assume_context(int microbatch, std::int64_t row_begin, std::int64_
     if (row_begin < 0 || row_end > impl_->data->rows || row_end <= row_begin || context < 0 ||
         context >= impl_->data->seq_len)
         refuse("assume_context: rows or context do not fit the batch");
-    auto it = impl_->new_microbatch(microbatch, row_begin, row_end, params_->cfg.d_model, l1_ - l0_);
+    auto it = impl_->new_microbatch(microbatch, row_begin, row_end, attention_width(), l1_ - l0_);
     it->second.forwarded = context;
 }
 
@@ -386,8 +415,10 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
     const config& cfg = params_->cfg;
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
-    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
-    const std::int64_t n = rows * s;
+    // This tensor rank's share (the whole at 1 rank): heads H, attention width dl, MLP width F.
+    const std::int64_t tr = params_->lay.held.tensor.ranks;
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads / tr, dh = cfg.d_head(), F = cfg.d_ff() / tr;
+    const std::int64_t dl = H * dh, n = rows * s;
     auto& mb = I.mbs.at(u.microbatch);
     auto& us = I.units.at({u.microbatch, u.slice});
     const T* W = params_->value.data();
@@ -403,21 +434,22 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
         sv.rstd1.resize(static_cast<std::size_t>(n));
         layernorm_forward(pool, n, d, x.data(), W + bl.ln1_g, W + bl.ln1_b, cfg.ln_eps, sv.ln1.data(),
                           sv.mean1.data(), sv.rstd1.data());
-        sv.qkv.resize(static_cast<std::size_t>(n * 3 * d));
-        gemm<T>(pool, n, 3 * d, d, {sv.ln1.data(), d, 1}, {W + bl.w_qkv, 3 * d, 1}, sv.qkv.data(), 3 * d, false);
-        add_bias(pool, n, 3 * d, W + bl.b_qkv, sv.qkv.data());
+        sv.qkv.resize(static_cast<std::size_t>(n * 3 * dl));
+        gemm<T>(pool, n, 3 * dl, d, {sv.ln1.data(), d, 1}, {W + bl.w_qkv, 3 * dl, 1}, sv.qkv.data(), 3 * dl, false);
+        add_bias(pool, n, 3 * dl, W + bl.b_qkv, sv.qkv.data());
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t i = 0; i < s; ++i) {
-                const T* src = sv.qkv.data() + (r * s + i) * 3 * d;
-                std::copy(src + d, src + 2 * d, K.data() + (r * Lb + t0 + i) * d);
-                std::copy(src + 2 * d, src + 3 * d, Vc.data() + (r * Lb + t0 + i) * d);
+                const T* src = sv.qkv.data() + (r * s + i) * 3 * dl;
+                std::copy(src + dl, src + 2 * dl, K.data() + (r * Lb + t0 + i) * dl);
+                std::copy(src + 2 * dl, src + 3 * dl, Vc.data() + (r * Lb + t0 + i) * dl);
             }
         sv.probs.resize(static_cast<std::size_t>(rows * H * s * t1));
-        sv.attn.resize(static_cast<std::size_t>(n * d));
-        attention_forward(pool, shape, sv.qkv.data(), 3 * d, K.data(), Vc.data(), sv.probs.data(), sv.attn.data());
+        sv.attn.resize(static_cast<std::size_t>(n * dl));
+        attention_forward(pool, shape, sv.qkv.data(), 3 * dl, K.data(), Vc.data(), sv.probs.data(), sv.attn.data());
         std::swap(sv.x, x);  // keep the block input; x now holds a recycled buffer
         sv.xmid.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, d, {sv.attn.data(), d, 1}, {W + bl.w_o, d, 1}, sv.xmid.data(), d, false);
+        gemm<T>(pool, n, d, dl, {sv.attn.data(), dl, 1}, {W + bl.w_o, d, 1}, sv.xmid.data(), d, false);
+        sum_over_tensor_group(sv.xmid);  // row-parallel: the heads' partial products
         add_bias_residual(pool, n, d, W + bl.b_o, sv.x.data(), sv.xmid.data());
         sv.ln2.resize(static_cast<std::size_t>(n * d));
         sv.mean2.resize(static_cast<std::size_t>(n));
@@ -430,9 +462,17 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
         bias_gelu_forward(pool, n, F, W + bl.b_fc, sv.fc.data(), sv.act.data());
         x.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
+        sum_over_tensor_group(x);
         add_bias_residual(pool, n, d, W + bl.b_proj, sv.xmid.data(), x.data());
     }
+}
 
+template <class T>
+void part<T>::sum_over_tensor_group(std::vector<T>& v)
+{
+    if (params_->lay.held.tensor.ranks == 1) return;
+    if (!tensor_sum_) refuse("a tensor-parallel part needs its tensor group's sum (set_tensor_sum)");
+    tensor_sum_(std::span<T>(v));
 }
 
 template <class T>
@@ -450,7 +490,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     auto it = I.mbs.find(u.microbatch);
     if (t0 == 0) {
         if (it != I.mbs.end()) refuse("microbatch " + std::to_string(u.microbatch) + " forwarded twice");
-        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, d, l1_ - l0_);
+        it = I.new_microbatch(u.microbatch, u.row_begin, u.row_end, attention_width(), l1_ - l0_);
     } else if (it == I.mbs.end() || it->second.forwarded != t0 || it->second.row_begin != u.row_begin ||
                it->second.rows != rows) {
         refuse("forward of microbatch " + std::to_string(u.microbatch) + " tokens [" + std::to_string(t0) + "," +
@@ -506,8 +546,9 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     const config& cfg = params_->cfg;
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
-    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads, dh = cfg.d_head(), F = cfg.d_ff();
-    const std::int64_t n = rows * s;
+    const std::int64_t tr = params_->lay.held.tensor.ranks;  // this tensor rank's share, as in forward_blocks
+    const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads / tr, dh = cfg.d_head(), F = cfg.d_ff() / tr;
+    const std::int64_t dl = H * dh, n = rows * s;
     auto uit = I.units.find({u.microbatch, u.slice});
     auto mit = I.mbs.find(u.microbatch);
     if (uit == I.units.end() || mit == I.mbs.end() || uit->second.input_done)
@@ -564,24 +605,26 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         gelu_backward(pool, n * F, sv.fc.data(), sv.dfc.data());
         sv.dln2.resize(static_cast<std::size_t>(n * d));
         gemm<T>(pool, n, d, F, {sv.dfc.data(), F, 1}, {W + bl.w_fc, 1, F}, sv.dln2.data(), d, false);
+        sum_over_tensor_group(sv.dln2);  // column-parallel: the input's gradient from every rank's columns
         layernorm_backward(pool, n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(),
                            W + bl.ln2_g, dx.data());
         // Attention
         sv.dproj = dx;
-        I.dattn.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, I.dattn.data(), d, false);
-        sv.dqkv.resize(static_cast<std::size_t>(n * 3 * d));
-        attention_backward(pool, shape, sv.qkv.data(), 3 * d, K.data(), Vc.data(), sv.probs.data(), I.dattn.data(),
+        I.dattn.resize(static_cast<std::size_t>(n * dl));
+        gemm<T>(pool, n, dl, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, I.dattn.data(), dl, false);
+        sv.dqkv.resize(static_cast<std::size_t>(n * 3 * dl));
+        attention_backward(pool, shape, sv.qkv.data(), 3 * dl, K.data(), Vc.data(), sv.probs.data(), I.dattn.data(),
                            sv.dqkv.data(), dK.data(), dV.data(), I.attn_scratch);
         // The slice's own K/V gradient is now complete: later slices (already done) plus itself.
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t i = 0; i < s; ++i) {
-                T* dst = sv.dqkv.data() + (r * s + i) * 3 * d;
-                std::copy_n(dK.data() + (r * Lb + t0 + i) * d, d, dst + d);
-                std::copy_n(dV.data() + (r * Lb + t0 + i) * d, d, dst + 2 * d);
+                T* dst = sv.dqkv.data() + (r * s + i) * 3 * dl;
+                std::copy_n(dK.data() + (r * Lb + t0 + i) * dl, dl, dst + dl);
+                std::copy_n(dV.data() + (r * Lb + t0 + i) * dl, dl, dst + 2 * dl);
             }
         sv.dln1.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, 3 * d, {sv.dqkv.data(), 3 * d, 1}, {W + bl.w_qkv, 1, 3 * d}, sv.dln1.data(), d, false);
+        gemm<T>(pool, n, d, 3 * dl, {sv.dqkv.data(), 3 * dl, 1}, {W + bl.w_qkv, 1, 3 * dl}, sv.dln1.data(), d, false);
+        sum_over_tensor_group(sv.dln1);
         layernorm_backward(pool, n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
                            dx.data());
     }
@@ -606,7 +649,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
                std::to_string(u.slice) + " before its backward_input");
     auto& us = uit->second;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin;
-    const std::int64_t d = cfg.d_model, F = cfg.d_ff(), n = rows * s;
+    const std::int64_t d = cfg.d_model, F = cfg.d_ff() / params_->lay.held.tensor.ranks, dl = attention_width(), n = rows * s;
     T* G = params_->grad.data();
     thread_pool& pool = *pool_;
 
@@ -626,10 +669,10 @@ void part<T>::backward_weight(const tpipe::unit& u)
         col_sum(n, F, sv.dfc.data(), G + bl.b_fc);
         layernorm_param_grad(n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), G + bl.ln2_g,
                              G + bl.ln2_b);
-        gemm<T>(pool, d, d, n, {sv.attn.data(), 1, d}, {sv.dproj.data(), d, 1}, G + bl.w_o, d, true);
+        gemm<T>(pool, dl, d, n, {sv.attn.data(), 1, dl}, {sv.dproj.data(), d, 1}, G + bl.w_o, d, true);
         col_sum(n, d, sv.dproj.data(), G + bl.b_o);
-        gemm<T>(pool, d, 3 * d, n, {sv.ln1.data(), 1, d}, {sv.dqkv.data(), 3 * d, 1}, G + bl.w_qkv, 3 * d, true);
-        col_sum(n, 3 * d, sv.dqkv.data(), G + bl.b_qkv);
+        gemm<T>(pool, d, 3 * dl, n, {sv.ln1.data(), 1, d}, {sv.dqkv.data(), 3 * dl, 1}, G + bl.w_qkv, 3 * dl, true);
+        col_sum(n, 3 * dl, sv.dqkv.data(), G + bl.b_qkv);
         layernorm_param_grad(n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), G + bl.ln1_g,
                              G + bl.ln1_b);
     }
@@ -785,10 +828,11 @@ template <class T>
 void adamw<T>::squares_into(const parameters<T>& p, square_sum& out) const
 {
     // Only the active parameters [frozen_, size): frozen gradients are zero (never written), so
-    // leaving them out changes nothing. A tied copy is counted once, by the embedding's holder.
+    // leaving them out changes nothing. A tied copy is counted once, by the embedding's holder; a
+    // tensor every tensor rank holds whole, once, by tensor rank 0 (the split ones by each rank).
     out.clear();
     each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t count, std::size_t) {
-        if (!t.tied_copy) out.add(std::span<const T>(p.grad.data() + t.offset + first, count));
+        if (!t.tied_copy && !t.replica_copy) out.add(std::span<const T>(p.grad.data() + t.offset + first, count));
     });
 }
 

@@ -14,6 +14,7 @@
 // divided by B*L, so any slicing gives the same loss and gradients.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -46,6 +47,18 @@ struct config {
     void validate() const;
 };
 
+//! Megatron's tensor parallelism: tensor rank `rank` of `ranks` holds 1/ranks of every block's
+//! matrices. Column-parallel (split by output columns): the QKV projection (by heads: each rank
+//! keeps the Q, K and V columns of heads [rank H/t, (rank+1) H/t)) and the first MLP matrix;
+//! row-parallel (split by input rows): the attention output and the second MLP matrix, whose
+//! partial products the tensor group sums (part::set_tensor_sum). LayerNorms, the row-parallel
+//! layers' biases, the embeddings and the head are replicated: every tensor rank holds them whole
+//! and computes the same values and gradients.
+struct tensor_split {
+    int rank = 0, ranks = 1;
+    friend bool operator==(const tensor_split&, const tensor_split&) = default;
+};
+
 //! One named parameter tensor inside the flat parameter vector.
 struct tensor_info {
     std::string name;
@@ -54,6 +67,16 @@ struct tensor_info {
     bool decay = false;   //!< AdamW weight decay applies (matrices and embeddings)
     std::int64_t global_offset = 0;  //!< where it lies in the whole model's flat vector
     bool tied_copy = false;          //!< the last stage's copy of the embedding, its tied LM head
+    //! How the tensor is split over tensor ranks (tensor_split): whole on every rank, by columns
+    //! (the last axis, in `blocks` equal blocks cut alike: Q, K and V), or by rows (the first axis).
+    enum class split { whole, columns, rows };
+    split cut = split::whole;
+    int blocks = 1;
+    bool replica_copy = false;  //!< a whole tensor on tensor rank > 0: counted once, by rank 0
+    //! Where this rank's element i (of `shape`) lies in the whole tensor.
+    std::int64_t whole_index(std::int64_t i, const tensor_split& tp) const;
+    //! The whole tensor's element count (size() * ranks when split).
+    std::int64_t whole_size(const tensor_split& tp) const { return cut == split::whole ? size() : size() * tp.ranks; }
     std::int64_t size() const
     {
         std::int64_t n = 1;
@@ -68,6 +91,7 @@ struct tensor_info {
 struct holding {
     int layer_begin = 0, layer_end = -1;
     bool first = true, last = true;
+    tensor_split tensor{};  //!< this tensor rank's share of every block (the whole by default)
 };
 
 //! Offsets of every parameter in the flat vector. Weight matrices are stored [in, out] (y = x W + b),
@@ -85,11 +109,16 @@ struct layout {
     std::int64_t total = 0;
 
     explicit layout(const config& c);
-    //! The tensors of `h` only. Throws std::invalid_argument for a layer range outside the model.
+    //! The tensors of `h` only. Throws std::invalid_argument for a layer range outside the model,
+    //! or a tensor split that does not divide the heads and the MLP width.
     layout(const config& c, const holding& h);
     layout() = default;
     gpt::holding held;   //!< what this layout holds (resolved: layer_end >= 0)
-    bool whole() const { return held.first && held.last && held.layer_begin == 0 && held.layer_end == static_cast<int>(blocks.size()); }
+    bool whole() const
+    {
+        return held.first && held.last && held.layer_begin == 0 && held.layer_end == static_cast<int>(blocks.size()) &&
+               held.tensor.ranks == 1;
+    }
 
     //! End of the parameters a frozen prefix of `frozen` layers holds: the embeddings and blocks
     //! [0, frozen) are the flat range [0, frozen_end(frozen)) (0 for none). Throws
@@ -179,6 +208,13 @@ public:
     //! (the tied head's accumulator: the head's place, where flush_grad adds it).
     std::vector<tpipe::element_range> gradient_ranges() const;
 
+    //! Tensor parallelism (the parameters' holding has tensor ranks > 1): `sum` adds a span over
+    //! the stage's tensor group in place, the same bits on every member (e.g. through a
+    //! tpipe::blocking_group). Called twice per layer in the forward (after the attention output
+    //! and the second MLP matrix) and twice in the backward (the inputs' gradients of the QKV and
+    //! first MLP matrices), by every tensor rank in the same order.
+    void set_tensor_sum(std::function<void(std::span<T>)> sum) { tensor_sum_ = std::move(sum); }
+
     //! Activation recomputation: a unit keeps only its input to this part from its forward to its
     //! backward, which recomputes the part's forward first: the same inputs, weights and kernels,
     //! so bitwise the same gradients. The K/V cache of a microbatch's earlier tokens is kept, not
@@ -198,6 +234,10 @@ public:
 private:
     std::vector<T> embed(const tpipe::unit& u);
     void forward_blocks(const tpipe::unit& u, std::vector<T>& x);
+    void sum_over_tensor_group(std::vector<T>& v);
+    //! The attention width of this tensor rank's heads (d_model at one tensor rank).
+    std::int64_t attention_width() const { return params_->cfg.d_model / params_->lay.held.tensor.ranks; }
+    std::function<void(std::span<T>)> tensor_sum_;
     struct impl;
     std::unique_ptr<impl> impl_;
     parameters<T>* params_;

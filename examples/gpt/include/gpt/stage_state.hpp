@@ -24,10 +24,11 @@ template <class T>
 class stage_states {
 public:
     //! The stages i with here[i] (empty: all), cut at `layer_cuts` (empty: even), initialised as
-    //! the whole model with `seed` would be.
+    //! the whole model with `seed` would be. With tensor ranks, each stage holds tensor rank
+    //! `tensor.rank`'s share of its layers (see gpt::tensor_split).
     stage_states(const config& cfg, int stages, std::vector<int> layer_cuts, std::vector<bool> here,
-                 adamw_options o, std::uint64_t seed)
-        : cfg_(cfg)
+                 adamw_options o, std::uint64_t seed, tensor_split tensor = {})
+        : cfg_(cfg), tensor_(tensor)
     {
         if (stages < 1) throw std::invalid_argument("stage_states: need at least 1 stage, got " + std::to_string(stages));
         if (layer_cuts.empty()) {
@@ -44,7 +45,7 @@ public:
                 states_.push_back(nullptr);
                 continue;
             }
-            auto s = std::make_unique<state>(cfg, holding{layer_cuts[i], layer_cuts[i + 1], i == 0, i + 1 == stages}, o);
+            auto s = std::make_unique<state>(cfg, holding{layer_cuts[i], layer_cuts[i + 1], i == 0, i + 1 == stages, tensor}, o);
             s->params.init(seed);
             states_.push_back(std::move(s));
         }
@@ -115,7 +116,8 @@ public:
     }
 
     //! Calls f(global_offset, values) for every tensor here (not the tied copies), in the whole
-    //! model's order: a fingerprint or a whole-model vector can be built without one.
+    //! model's order: a fingerprint or a whole-model vector can be built without one. With tensor
+    //! ranks, `values` is this rank's share of the tensor at `global_offset`.
     template <class F>
     void each_tensor(bool gradients, F&& f) const
     {
@@ -131,13 +133,24 @@ public:
         for (const auto& t : s->params.lay.tensors)
             if (!t.tied_copy) f(t.global_offset, std::span<const T>(v.data() + t.offset, static_cast<std::size_t>(t.size())));
     }
-    //! The whole model's values (or gradients), zero where another process holds them (--check).
+    //! The whole model's values (or gradients), zero where another process holds them (--check):
+    //! a tensor rank's share in its place, a tensor every tensor rank holds from rank 0 only. Summed
+    //! over the processes (each element is one process's), it is the whole model's vector.
     std::vector<T> whole(bool gradients) const
     {
         std::vector<T> out(static_cast<std::size_t>(layout(cfg_).total), T(0));
-        each_tensor(gradients, [&](std::int64_t at, std::span<const T> v) { std::copy(v.begin(), v.end(), out.begin() + at); });
+        for (const auto& s : states_) {
+            if (!s) continue;
+            const auto& v = gradients ? s->params.grad : s->params.value;
+            for (const auto& t : s->params.lay.tensors)
+                if (!t.tied_copy && !t.replica_copy)
+                    for (std::int64_t i = 0; i < t.size(); ++i)
+                        out[static_cast<std::size_t>(t.global_offset + t.whole_index(i, tensor_))] =
+                            v[static_cast<std::size_t>(t.offset + i)];
+        }
         return out;
     }
+    const tensor_split& tensor() const { return tensor_; }
     //! Parameters held here, counted once (a tied copy is not).
     std::int64_t held_parameters() const
     {
@@ -160,6 +173,7 @@ private:
     T* embedding_grad(int i) const { return at(i).params.grad.data() + at(i).params.lay.wte; }
 
     config cfg_;
+    tensor_split tensor_;
     std::vector<std::unique_ptr<state>> states_;
 };
 
