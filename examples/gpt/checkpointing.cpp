@@ -48,36 +48,56 @@ const std::vector<std::string> model_keys = {"model", "vocab",   "d_model",   "h
 
 //! The state of one stage (or of the whole model) into `shard`: AdamW's moments of the pieces
 //! `opt` steps (pieces of tensors for a sharded optimizer; none of a frozen layer) under
-//! "adamw.m/NAME" and "adamw.v/NAME", and with `params` every parameter under "param/NAME". A
-//! tied copy is saved once, as the embedding.
+//! "adamw.m/NAME" and "adamw.v/NAME", and with `params` every parameter under "param/NAME", each
+//! a range of the whole tensor. A tied copy is saved once, as the embedding. With tensor ranks,
+//! a rank's share of a split tensor is its runs of the whole (gpt::tensor_info::each_run), and a
+//! tensor every rank holds whole is saved by tensor rank 0.
 void add_state(tpipe::state::shard_snapshot& shard, const parameters<float>& p, adamw<float>& opt, bool params)
 {
+    const tensor_split& tp = p.lay.held.tensor;
+    auto add = [&](const std::string& name, const tensor_info& t, std::span<const float> values, std::int64_t first) {
+        t.each_run(tp, first, static_cast<std::int64_t>(values.size()), [&](std::int64_t whole, std::int64_t at, std::int64_t n) {
+            shard.add<float>(name, t.whole_shape(tp), whole, values.subspan(static_cast<std::size_t>(at - first), static_cast<std::size_t>(n)));
+        });
+    };
     if (params)
         for (const auto& t : p.lay.tensors)
-            if (!t.tied_copy)
-                shard.add<float>("param/" + t.name, t.shape, 0,
-                                 std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                         static_cast<std::size_t>(t.size())));
+            if (!t.tied_copy && !t.replica_copy)
+                add("param/" + t.name, t,
+                    std::span<const float>(p.value).subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.size())), 0);
     const auto m = opt.first_moments(), v = opt.second_moments();
     opt.each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-        if (t.tied_copy) return;
-        shard.add<float>("adamw.m/" + t.name, t.shape, first, std::span<const float>(m.subspan(at, n)));
-        shard.add<float>("adamw.v/" + t.name, t.shape, first, std::span<const float>(v.subspan(at, n)));
+        if (t.tied_copy || t.replica_copy) return;
+        add("adamw.m/" + t.name, t, m.subspan(at, n), first);
+        add("adamw.v/" + t.name, t, v.subspan(at, n), first);
     });
 }
 
-//! Reads what add_state saved, whatever stages, sharding or processes saved it: every parameter
-//! of `p` (a tied copy reads the embedding's ranges) and the moments of the pieces `opt` steps.
+//! Reads what add_state saved, whatever stages, sharding, tensor ranks or processes saved it:
+//! every parameter of `p` (a tied copy reads the embedding's ranges) and the moments of the
+//! pieces `opt` steps. A share of a split tensor is picked from the whole tensor, read at once.
 void read_state(const tpipe::state::checkpoint_reader& in, parameters<float>& p, adamw<float>& opt)
 {
+    const tensor_split& tp = p.lay.held.tensor;
+    std::vector<float> whole;
+    // Elements [first, first + out.size()) of this rank's share of t, from the saved tensor `name`
+    // (with `shape_checked`, which must have the model's whole shape).
+    auto read = [&](const std::string& name, const tensor_info& t, std::int64_t first, std::span<float> out, bool shape_checked) {
+        if (t.cut == tensor_info::split::whole)
+            return shape_checked ? in.read_tensor<float>(name, t.shape, out) : in.read<float>(name, first, out);
+        whole.resize(static_cast<std::size_t>(t.whole_size(tp)));
+        if (shape_checked) in.read_tensor<float>(name, t.whole_shape(tp), std::span<float>(whole));
+        else in.read<float>(name, 0, std::span<float>(whole));
+        for (std::size_t i = 0; i < out.size(); ++i)
+            out[i] = whole[static_cast<std::size_t>(t.whole_index(first + static_cast<std::int64_t>(i), tp))];
+    };
     for (const auto& t : p.lay.tensors)
-        in.read_tensor<float>("param/" + t.name, t.shape,
-                              std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset),
-                                                                static_cast<std::size_t>(t.size())));
+        read("param/" + t.name, t, 0,
+             std::span<float>(p.value).subspan(static_cast<std::size_t>(t.offset), static_cast<std::size_t>(t.size())), true);
     const auto m = opt.first_moments(), v = opt.second_moments();
     opt.each_piece(p, [&](const tensor_info& t, std::int64_t first, std::size_t n, std::size_t at) {
-        in.read<float>("adamw.m/" + t.name, first, m.subspan(at, n));
-        in.read<float>("adamw.v/" + t.name, first, v.subspan(at, n));
+        read("adamw.m/" + t.name, t, first, m.subspan(at, n), false);
+        read("adamw.v/" + t.name, t, first, v.subspan(at, n), false);
     });
 }
 
@@ -145,7 +165,7 @@ checkpointer::checkpointer(const checkpoint_flags& f, checkpoint_place place, co
                            const adamw_options& opt, std::uint64_t seed)
     : f_(f), place_(std::move(place)), cfg_(cfg), opt_(opt), seed_(seed),
       out_({.root = f.save, .keep = f.keep, .run = place_.run, .leader = place_.leader,
-            .shards = place_.ranks * (place_.sharded ? place_.replicas : 1), .barrier = place_.barrier})
+            .shards = place_.ranks * place_.tensor.ranks * (place_.sharded ? place_.replicas : 1), .barrier = place_.barrier})
 {
 }
 
@@ -194,13 +214,15 @@ void checkpointer::save(std::int64_t step, const std::vector<stage_states<float>
             std::vector<int> here;  // the stages of rank r held here
             for (int i = 0; i < s->stages(); ++i)
                 if (s->holds(i) && place_.stage_rank[static_cast<std::size_t>(i)] == r) here.push_back(i);
-            tpipe::state::shard_snapshot shard("rank-" + std::to_string(r) +
-                                               (place_.sharded ? "-dp-" + std::to_string(d) : std::string()) + ".bin");
+            tpipe::state::shard_snapshot shard(
+                "rank-" + std::to_string(r) +
+                (place_.tensor.ranks > 1 ? "-tp-" + std::to_string(place_.tensor.rank) : std::string()) +
+                (place_.sharded ? "-dp-" + std::to_string(d) : std::string()) + ".bin");
             std::size_t bytes = 0;
             for (int i : here) {
                 if (d == 0)
                     for (const auto& t : s->params(i).lay.tensors)
-                        if (!t.tied_copy) bytes += static_cast<std::size_t>(t.size()) * sizeof(float);
+                        if (!t.tied_copy && !t.replica_copy) bytes += static_cast<std::size_t>(t.size()) * sizeof(float);
                 bytes += s->opt(i).first_moments().size() * sizeof(float) * 2;
             }
             shard.reserve(bytes);  // one copy of each byte: the snapshot is the pause a save puts into training

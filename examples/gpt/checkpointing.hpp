@@ -5,7 +5,9 @@
 // replica 0, from its stage-local state), and the step, optimizer, data streams and run shape in
 // the manifest. With --shard-optimizer each replica d writes "rank-R-dp-d.bin": the AdamW moments
 // of its shard (pieces of tensors; replica 0's also holds the parameters). A resume reads every tensor a stage holds by name, whatever stages, cuts,
-// replicas or transport saved it. A tied LM head is saved once, as the embedding "wte"; the last
+// replicas, tensor ranks or transport saved it. With --tp each tensor rank writes
+// "rank-R-tp-k.bin": its share of the split tensors as ranges of the whole tensors (the whole
+// tensors from tensor rank 0), so a resume at any other tensor-rank count reads them back. A tied LM head is saved once, as the embedding "wte"; the last
 // stage's copy of it is read from there (the copies are equal: they take the same steps).
 //
 // An elastic run (--elastic) saves the same names in one shard: every process of an elastic run
@@ -51,6 +53,7 @@ struct checkpoint_place {
     int my_rank = -1;             //!< the pipeline rank whose shard this process writes; -1: every rank's
     int replicas = 1;             //!< data-parallel replicas in the job
     bool sharded = false;         //!< --shard-optimizer: every replica writes its moments' shard
+    tensor_split tensor{};        //!< --tp: this process's tensor rank; each writes its share
     bool leader = true;           //!< writes the manifest and commits
     std::string run{};            //!< the run continued (--resume: its checkpoint's run); "": a new run
     std::function<void()> barrier{};

@@ -249,7 +249,7 @@ options parse(int argc, char** argv)
             throw usage_error("--tp " + std::to_string(o.tp) + " must divide --heads " + std::to_string(o.cfg.heads) +
                               " and the MLP width 4 x --d-model = " + std::to_string(o.cfg.d_ff()) +
                               ": each tensor rank holds whole heads and an equal share of the MLP");
-        r.applies_only({"--elastic", "--save", "--resume", "--shard-optimizer", "--device"}, false,
+        r.applies_only({"--elastic", "--device"}, false,
                        "is not supported with --tp > 1 yet (docs/tensor_parallel.md lists what composes)");
         if (o.slicer == "terapipe")
             throw usage_error("--slicer terapipe profiles one process's whole stage; with --tp " + std::to_string(o.tp) +

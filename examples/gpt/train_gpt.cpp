@@ -523,11 +523,12 @@ int train(const options& o)
     for (auto& r : reps) states_here[static_cast<std::size_t>(r->index)] = r->state.get();
     if (!o.ckpt.save.empty()) {
         gpt::checkpoint_place place{.stage_rank = prog.stage_rank, .ranks = ranks, .my_rank = where.rank,
-                                    .replicas = D, .sharded = o.shard_optimizer, .leader = speaks, .run = run};
+                                    .replicas = D, .sharded = o.shard_optimizer, .tensor = where.tensor,
+                                    .leader = speaks, .run = run};
 #ifdef TPIPE_GPT_MPI
         if (mpi) place.barrier = [&] { mpi->barrier(); };
 #endif
-        place.shape = tpipe::json::object{{"stages", stages}, {"ranks", ranks}, {"dp", D}, {"schedule", o.schedule},
+        place.shape = tpipe::json::object{{"stages", stages}, {"ranks", ranks}, {"dp", D}, {"tp", o.tp}, {"schedule", o.schedule},
                                           {"units", describe(units)}, {"transport", o.transport},
                                           {"shard_optimizer", o.shard_optimizer}};
         saver = std::make_unique<gpt::checkpointer>(o.ckpt, std::move(place), o.cfg, gpt::adamw_options{.lr = o.lr}, o.seed);

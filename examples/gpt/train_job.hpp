@@ -264,15 +264,12 @@ public:
             auto pipeline = [this](std::span<float> v) { return over_pipeline(v); };
             auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
                 co_await replicas_->all_reduce_sum(v);
-                co_await over_pipeline(v);
+                co_await over_tensor_group_and_pipeline(v);
             };
             tpipe::sync_wait(r.sharded_step(*dp_, pipeline, all, whole_gradients));
         } else {  // every replica holds the reduced gradients: the sums run over the pipeline (and tensor group)
             auto pipeline = [this](auto v) { return over_pipeline(v); };
-            auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
-                co_await over_pipeline(v);
-                if (T_ > 1) co_await job_->tensor().all_reduce_sum(v);  // the squares of every tensor rank's share
-            };
+            auto all = [this](std::span<std::int64_t> v) { return over_tensor_group_and_pipeline(v); };
             tpipe::sync_wait(r.step_stages(pipeline, all));
         }
         // Added as train() adds the replicas' losses on threads: the same bits. Every tensor rank
@@ -341,7 +338,13 @@ private:
     {
         if (!values.empty()) co_await pipeline_comm_->all_reduce_sum(values);
     }
-    tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
+    //! The clip's squares of this replica's shares, summed over its pipeline and tensor group.
+    tpipe::task<void> over_tensor_group_and_pipeline(std::span<std::int64_t> squares)
+    {
+        co_await over_pipeline(squares);
+        if (T_ > 1) co_await job_->tensor().all_reduce_sum(squares);
+    }
+        tpipe::task<void> broadcast_over_pipeline(std::uint64_t& h, int root)
     {
         co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
     }

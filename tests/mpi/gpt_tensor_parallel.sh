@@ -2,25 +2,28 @@
 # The reference GPT with tensor-parallel stages (--tp T) over MPI processes, T x P x D of them:
 # every configuration passes --check against the non-pipelined model at T = 1 (step 1's loss and
 # gradients within 1e-5, the loss curve and final weights within --check-tol), its replicas stay
-# bitwise identical, and T = 1 and T = 2 of the same pipeline train to losses within 1e-5.
+# bitwise identical (and with --shard-optimizer bitwise the replicated optimizer), and T = 1 and T = 2 of the same pipeline train to losses within 1e-5; a
+# checkpoint saved at T = 2 resumes at T = 1 and T = 4.
 # What --tp does not run yet is refused, naming the flag.
 #   gpt_tensor_parallel.sh MPIEXEC "FLAGS" TRAIN_GPT
 set -u
 mpiexec=$1 flags=$2 gpt=$3
 common="--layers 4 --d-model 32 --heads 4 --seq-len 32 --batch 4 --steps 3 --threads 2 --json --check --transport mpi"
-summary() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(repr(d["last_loss"]), d["check_ok"], d["replicas_identical"])'; }
+summary() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(repr(d["last_loss"]), d["weights_fnv"], d["check_ok"], d["replicas_identical"])'; }
 status=0
-declare -A loss
+declare -A loss fnv
 while read -r np cfg; do
   got=$(timeout 300 "$mpiexec" -np "$np" $flags "$gpt" $common $cfg </dev/null 2>&1 | summary)
   verdict=ok
   [[ "$got" == *"True True" ]] || { verdict=FAIL; status=1; }
   loss["$np $cfg"]=${got%% *}
+  fnv["$np $cfg"]=$(echo "$got" | cut -d' ' -f2)
   echo "$verdict  np $np $cfg: [$got]"
 done <<'CONFIGS'
 2 --tp 2 --stages 1 --slicer microbatch:2
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
 4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2
+4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer
 4 --tp 4 --stages 1 --schedule 1f1b --slicer tokens:16,16
 4 --tp 2 --stages 2 --schedule zb-h1 --recompute
 2 --tp 1 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
@@ -34,6 +37,30 @@ ok = abs(a - b) / abs(b) < 1e-5
 print(("ok" if ok else "FAIL") + f"  t = 2 vs t = 1 last loss: {a!r} vs {b!r}")
 sys.exit(0 if ok else 1)
 PY
+# ZeRO-1 over the data group of each tensor rank: bitwise the replicated optimizer's weights.
+a=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2]} b=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer]}
+if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok  --shard-optimizer at t = 2 x d = 2: weights $b, as without it"
+else echo "FAIL  --shard-optimizer at t = 2 x d = 2: weights $b, without it $a"; status=1; fi
+# Checkpoints reshard over tensor ranks: saved at t = 2 x K = 2 after 2 steps, resumed to step 4
+# at t = 1 (threads) and at t = 4 (processes), both end where an unbroken t = 1 run ends (1e-5).
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+ckpt="--layers 4 --d-model 32 --heads 4 --seq-len 32 --batch 4 --threads 2 --json --slicer microbatch:2"
+last() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; print(repr(json.loads(sys.stdin.read())["last_loss"]))'; }
+unbroken=$("$gpt" $ckpt --stages 2 --steps 4 </dev/null 2>&1 | last)
+timeout 300 "$mpiexec" -np 4 $flags "$gpt" $ckpt --transport mpi --tp 2 --stages 2 --steps 2 --save "$dir/run" --save-every 2 </dev/null >"$dir/save.log" 2>&1 ||
+  { echo "FAIL  the t = 2 save: $(tail -3 "$dir/save.log")"; status=1; }
+at1=$("$gpt" $ckpt --stages 2 --steps 4 --resume "$dir/run" </dev/null 2>&1 | last)
+at4=$(timeout 300 "$mpiexec" -np 4 $flags "$gpt" $ckpt --transport mpi --tp 4 --stages 1 --steps 4 --resume "$dir/run" </dev/null 2>&1 | last)
+python3 - "$unbroken" "$at1" "$at4" <<'PY' || status=1
+import sys
+try:
+    ref, a, b = (float(x) for x in sys.argv[1:])
+except ValueError:
+    print(f"FAIL  a resumed run printed no loss: {sys.argv[1:]}"); sys.exit(1)
+ok = abs(a - ref) / ref < 1e-5 and abs(b - ref) / ref < 1e-5
+print(("ok" if ok else "FAIL") + f"  saved at t = 2, resumed at t = 1: {a!r}, at t = 4: {b!r}; unbroken t = 1: {ref!r}")
+sys.exit(0 if ok else 1)
+PY
 # Refused, naming the flag: tensor ranks on threads, a count that does not divide, a wrong -np.
 expect() {
   local want=$1; shift
@@ -42,6 +69,6 @@ expect() {
 }
 expect "--tp 2 runs each tensor rank in an MPI process" "$gpt" --tp 2
 expect "--tp 3 must divide --heads 4" "$gpt" --tp 3 --transport mpi
-expect "--save is not supported with --tp > 1 yet" "$gpt" --tp 2 --transport mpi --save /tmp/x --save-every 1
+expect "--elastic is not supported with --tp > 1 yet" "$gpt" --tp 2 --transport mpi --elastic
 expect "needs 4 processes, but the job has 2" timeout 120 "$mpiexec" -np 2 $flags "$gpt" --tp 2 --stages 2 --transport mpi
 exit $status

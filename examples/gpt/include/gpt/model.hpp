@@ -75,8 +75,32 @@ struct tensor_info {
     bool replica_copy = false;  //!< a whole tensor on tensor rank > 0: counted once, by rank 0
     //! Where this rank's element i (of `shape`) lies in the whole tensor.
     std::int64_t whole_index(std::int64_t i, const tensor_split& tp) const;
-    //! The whole tensor's element count (size() * ranks when split).
+    //! The whole tensor's element count (size() * ranks when split) and shape.
     std::int64_t whole_size(const tensor_split& tp) const { return cut == split::whole ? size() : size() * tp.ranks; }
+    std::vector<std::int64_t> whole_shape(const tensor_split& tp) const
+    {
+        auto s = shape;
+        if (cut == split::columns) s.back() *= tp.ranks;
+        if (cut == split::rows) s.front() *= tp.ranks;
+        return s;
+    }
+    //! Calls f(whole_first, first, count) for each run of this rank's elements [first, first + n)
+    //! that is contiguous in the whole tensor too (one run unless split by columns: then one per
+    //! row and block). A checkpoint saves a share as these ranges of the whole tensor.
+    template <class F>
+    void each_run(const tensor_split& tp, std::int64_t first, std::int64_t n, F&& f) const
+    {
+        if (cut != split::columns) {
+            if (n > 0) f(whole_index(first, tp), first, n);
+            return;
+        }
+        const std::int64_t w = shape.back() / blocks;  // a block's columns on this rank
+        for (std::int64_t i = first, end = first + n; i < end;) {
+            const std::int64_t len = std::min(end - i, w - (i % shape.back()) % w);
+            f(whole_index(i, tp), i, len);
+            i += len;
+        }
+    }
     std::int64_t size() const
     {
         std::int64_t n = 1;
