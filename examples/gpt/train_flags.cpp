@@ -46,8 +46,8 @@ const char* usage_text =
     "                    (ZeRO-1, Megatron's distributed optimizer): gradients reduce-scattered, each replica\n"
     "                    steps its shard, parameters all-gathered; bitwise the same training as without it\n"
     "  --tp T            tensor-parallel ranks per stage (Megatron's split: each holds 1/T of the heads and of\n"
-    "                    the MLP, and the stage sums its partial products over them); over MPI processes:\n"
-    "                    mpirun -np T*P*D train_gpt --transport mpi --tp T ... (default 1)\n"
+    "                    the MLP, and the stage sums its partial products over them): on threads, T*P*D loops,\n"
+    "                    or over MPI processes: mpirun -np T*P*D train_gpt --transport mpi --tp T ... (default 1)\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
@@ -241,16 +241,16 @@ options parse(int argc, char** argv)
     r.applies_only({"--plan-from"}, !r.given("--resume"),
                    "does not go with --resume (a resumed run plans from the unit times its checkpoint saved)");
     if (o.tp > 1) {  // what a tensor-parallel run composes with today (docs/tensor_parallel.md)
-        if (o.transport != "mpi")
-            throw usage_error("--tp " + std::to_string(o.tp) + " runs each tensor rank in an MPI process: add --transport " +
-                              "mpi and launch mpirun -np " + std::to_string(o.tp * o.stages * o.dp) +
-                              " (T*P*D); train_gpt does not run tensor ranks on threads");
-        if (o.cfg.heads % o.tp != 0 || o.cfg.d_ff() % o.tp != 0)
+        r.applies_only({"--save", "--resume"}, o.transport == "mpi",
+                       "with --tp > 1 needs --transport mpi: a tensor-parallel checkpoint is one file per tensor "
+                       "rank's process, and on threads one process holds them all (not built)");
+        if (o.cfg.heads % o.tp != 0 || o.cfg.d_ff() % o.tp != 0 || o.cfg.vocab % o.tp != 0)
             throw usage_error("--tp " + std::to_string(o.tp) + " must divide --heads " + std::to_string(o.cfg.heads) +
-                              " and the MLP width 4 x --d-model = " + std::to_string(o.cfg.d_ff()) +
-                              ": each tensor rank holds whole heads and an equal share of the MLP");
-        r.applies_only({"--elastic", "--device"}, false,
-                       "is not supported with --tp > 1 yet (docs/tensor_parallel.md lists what composes)");
+                              ", the MLP width 4 x --d-model = " + std::to_string(o.cfg.d_ff()) + " and the vocabulary " +
+                              std::to_string(o.cfg.vocab) + " (bytes): each tensor rank holds whole heads and an equal "
+                              "share of the MLP and of the vocabulary");
+        r.applies_only({"--elastic"}, false, "is not supported with --tp > 1 yet (docs/tensor_parallel.md lists what composes)");
+        if (o.device != "cpu") throw usage_error("--device " + o.device + " is not supported with --tp > 1 yet (the CPU GPT only)");
         if (o.slicer == "terapipe")
             throw usage_error("--slicer terapipe profiles one process's whole stage; with --tp " + std::to_string(o.tp) +
                               " give a fixed slicer (token slices: grid:M:l1,l2,...)");

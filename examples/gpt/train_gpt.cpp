@@ -418,9 +418,12 @@ int train(const options& o)
 
     // The replicas this process holds: each its weights, data stream and optimizer; their
     // pipelines are built once the program is known.
+    // With --tp on threads, one per tensor rank of each replica (replica-major, as the layout orders them).
     std::vector<std::unique_ptr<replica>> reps;
+    const int tensor_here = over_mpi ? 1 : o.tp;  // tensor ranks of a replica on this process
     for (int d = 0; d < D; ++d)
-        if (where.has_replica(d)) reps.push_back(std::make_unique<replica>(o, d));
+        if (where.has_replica(d))
+            for (int k = 0; k < tensor_here; ++k) reps.push_back(std::make_unique<replica>(o, d, over_mpi ? where.tensor.rank : k));
 
     // The units of every step: a fixed slicer, or the TeraPipe plan for this model's stages.
     unit_plan plan;
@@ -465,19 +468,36 @@ int train(const options& o)
         std::_Exit(1);
     };
     tpipe::cpu_engine engine(over_mpi ? 1 : ranks * D);
-    std::vector<std::unique_ptr<tpipe::thread_group>> groups;  // replicas on threads: one group per stage
+    // Replicas on threads: one group per stage (per stage and tensor rank with --tp); tensor ranks
+    // on threads: one group per replica and stage, and one per replica for the clip's squares.
+    std::vector<std::unique_ptr<tpipe::thread_group>> groups, tensor_groups;
     if (!over_mpi && D > 1)
-        for (int s = 0; s < stages; ++s) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+        for (int g = 0; g < stages * o.tp; ++g) groups.push_back(std::make_unique<tpipe::thread_group>(D));
+    if (!over_mpi && o.tp > 1)
+        for (int g = 0; g < D * (stages + 1); ++g) tensor_groups.push_back(std::make_unique<tpipe::thread_group>(o.tp));
     for (auto& r : reps) {
         std::vector<bool> here(static_cast<std::size_t>(stages));
         for (int s = 0; s < stages; ++s) here[s] = where.runs(r->index, prog.stage_rank[s]);
-        r->build(stages, threads_per_part, here, where.tensor);
+        r->build(stages, threads_per_part, here, {r->tensor_rank, o.tp});
         r->model->set_recompute(o.recompute);
         tpipe::run_options opts = ro;
         if (!over_mpi) {
-            for (int k = 0; k < ranks; ++k) opts.device_of_rank.push_back(r->index * ranks + k);
+            if (o.tp > 1) {  // this tensor rank's stages sum over their groups; each blocks its loop meanwhile
+                for (int s = 0; s <= stages; ++s)
+                    r->tensor_members.push_back(tensor_groups[static_cast<std::size_t>(r->index * (stages + 1) + s)]->member(r->tensor_rank));
+                for (int s = 0; s < stages; ++s) {
+                    r->tensor_sums.push_back(std::make_unique<replica::tensor_sum>(r->tensor_members[static_cast<std::size_t>(s)]));
+                    r->model->part_at(s).set_tensor_sum([g = r->tensor_sums.back().get()](std::span<float> v) { g->all_reduce_sum(v); });
+                }
+                // A loop per rank of its own: a stage blocked in its group's sum must not hold the loop
+                // another pipeline's rank needs (docs/runtime.md, "Three axes").
+                r->engine = std::make_unique<tpipe::cpu_engine>(ranks, tpipe::cpu_engine::options{.threads = ranks});
+            } else {
+                for (int k = 0; k < ranks; ++k) opts.device_of_rank.push_back(r->index * ranks + k);
+            }
             if (D > 1) {
-                for (auto& g : groups) r->members.push_back(g->member(r->index));
+                for (int s = 0; s < stages; ++s)
+                    r->members.push_back(groups[static_cast<std::size_t>(r->tensor_rank * stages + s)]->member(r->index));
                 std::vector<tpipe::thread_communicator*> comms;
                 for (auto& m : r->members) comms.push_back(&m);
                 r->dp_threads = std::make_unique<tpipe::data_parallel<tpipe::thread_communicator>>(
@@ -485,7 +505,7 @@ int train(const options& o)
                 opts.after_backward = r->dp_threads->hook();
                 if (o.shard_optimizer) r->shard_optimizer(*r->dp_threads);
             }
-            r->local_runner = std::make_unique<replica::local_runner_t>(r->model->pipe(), prog, engine, opts);
+            r->local_runner = std::make_unique<replica::local_runner_t>(r->model->pipe(), prog, r->engine ? *r->engine : engine, opts);
         }
 #ifdef TPIPE_GPT_MPI
         else {
@@ -502,7 +522,12 @@ int train(const options& o)
 #ifdef TPIPE_GPT_MPI
         if (mpi) return mpi->whole(*reps.front(), gradients);
 #endif
-        return reps.front()->state->whole(gradients);
+        std::vector<float> w = reps.front()->state->whole(gradients);
+        for (int k = 1; k < tensor_here; ++k) {  // --tp on threads: each element is one tensor rank's
+            const std::vector<float> share = reps[static_cast<std::size_t>(k)]->state->whole(gradients);
+            for (std::size_t i = 0; i < w.size(); ++i) w[i] += share[i];
+        }
+        return w;
     };
     const double tokens_per_step = double(o.batch) * o.cfg.seq_len * D;
     double elapsed = 0, first_loss = 0, last_loss = 0;
@@ -565,14 +590,25 @@ int train(const options& o)
                 r.model->begin_step(batches[static_cast<std::size_t>(r.index)]);
                 all[k] = r.local_runner->run(r.model->io());
                 losses[k] = r.model->finish_step();
+                // The clip's squares of a tensor rank's shares, summed over its replica's tensor group.
+                auto over_tensor_group = [&r](std::span<std::int64_t> v) -> tpipe::task<void> {
+                    if (!r.tensor_members.empty()) co_await r.tensor_members.back().all_reduce_sum(v);
+                };
                 if (o.shard_optimizer) {  // the replicas step together: their shards meet in collectives
                     auto pipeline = [](std::span<float>) -> tpipe::task<void> { co_return; };  // every stage is here
-                    auto all = [&r](std::span<std::int64_t> v) { return r.members.front().all_reduce_sum(v); };
+                    auto all = [&r, over_tensor_group](std::span<std::int64_t> v) -> tpipe::task<void> {
+                        co_await r.members.front().all_reduce_sum(v);
+                        co_await over_tensor_group(v);
+                    };
                     tpipe::sync_wait(r.sharded_step(*r.dp_threads, pipeline, all, o.check));
+                } else if (o.tp > 1) {  // the tensor ranks step together: the norm is over every share
+                    auto pipeline = [](std::span<float>) -> tpipe::task<void> { co_return; };
+                    tpipe::sync_wait(r.step_stages(pipeline, over_tensor_group));
                 }
             };
             tpipe::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
-            for (double l : losses) loss += l / D;
+            for (std::size_t k = 0; k < reps.size(); ++k)  // tensor rank 0's: the others have the same loss
+                if (reps[k]->tensor_rank == 0) loss += losses[k] / D;
             stats = std::move(all.front());
         }
 #ifdef TPIPE_GPT_MPI
@@ -580,10 +616,11 @@ int train(const options& o)
             loss = mpi->step(*reps.front(), batches[static_cast<std::size_t>(where.first_replica())], stats, o.check);
         }
 #endif
-        if (!over_mpi && !o.shard_optimizer)
+        if (!over_mpi && !o.shard_optimizer && o.tp == 1)
             for (auto& r : reps) r->state->step();  // per stage, the norm over every stage (under MPI: in mpi->step)
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        for (auto& r : reps) replicas_identical = replicas_identical && r->same_weights(*reps.front());
+        for (auto& r : reps)  // against replica 0's share of the same tensor rank (replica 0's come first)
+            replicas_identical = replicas_identical && r->same_weights(*reps[static_cast<std::size_t>(over_mpi ? 0 : r->tensor_rank)]);
         elapsed += dt;
         iter_times.push_back(stats.time);
         if (!std::isfinite(loss))
@@ -614,7 +651,9 @@ int train(const options& o)
                    tty);
     }
     if (saver) saver->finish();
-    std::string weights_fnv = gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
+    // With --tp, of the shares put together (the whole model's vector), as under MPI.
+    std::string weights_fnv = o.tp > 1 && !over_mpi ? gpt::fnv_hex(whole_of(false))
+                                                    : gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
 #ifdef TPIPE_GPT_MPI
     if (mpi) {
         weights_fnv = mpi->fingerprint(*reps.front(), prog);
@@ -646,6 +685,26 @@ int train(const options& o)
                                 {"recompute", o.recompute},
                                 {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units)},
                                 {"units", describe(units)}};
+#ifdef TPIPE_GPT_MPI
+    if (mpi && o.tp > 1 && steps_run > 0) {
+        // Counted by the tensor communicator, beside the closed form of the floats summed per
+        // step, over the step's tokens N = batch x seq-len: per layer 4 x N x d_model (6 with
+        // --recompute, whose backward runs the forward's 2 again); the first stage's embedding
+        // N x d_model (twice with --recompute); the last stage's head N x d_model and its
+        // cross-entropy's maxima and sums N x (T + 2). A ring all-reduce sends 2 (T - 1) / T of them.
+        const double N = double(o.batch) * o.cfg.seq_len, d = o.cfg.d_model, redo = o.recompute ? 2 : 1;
+        double floats = 0;
+        for (int s = 0; s < stages; ++s)
+            if (reps.front()->state->holds(s)) {
+                const auto& h = reps.front()->state->params(s).lay.held;
+                floats += (h.layer_end - h.layer_begin) * (4 + 2 * (redo - 1)) * N * d;
+                if (h.first) floats += redo * N * d;
+                if (h.last) floats += N * d + N * (o.tp + 2);
+            }
+        summary["tensor_bytes_sent_per_step"] = static_cast<double>(mpi->tensor_bytes_sent()) / steps_run;
+        summary["tensor_bytes_closed_form"] = floats * sizeof(float) * 2.0 * (o.tp - 1) / o.tp;
+    }
+#endif
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;
         summary["measured_over_planned"] = median_iter / planned_T;

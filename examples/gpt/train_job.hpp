@@ -44,21 +44,27 @@ struct job {
 };
 
 //! One data-parallel replica on this process: the state of its stages here (stage-local:
-//! parameters, gradients and AdamW moments of those stages only), its pipeline and runner.
+//! parameters, gradients and AdamW moments of those stages only), its pipeline and runner. With
+//! --tp on threads, one of these per tensor rank of the replica: its share of the stages.
 struct replica {
     using pipe_t = tpipe::uniform_pipeline<gpt::stage<float>>;
     using local_runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
+    using tensor_sum = tpipe::blocking_group<tpipe::thread_communicator>;
 
     int index;
     const options* o;
+    int tensor_rank = 0;
     std::unique_ptr<gpt::stage_states<float>> state;
     std::unique_ptr<gpt::pipelined_model<float>> model;
+    std::unique_ptr<tpipe::cpu_engine> engine;        // on threads with --tp: a loop per rank of its own
     std::unique_ptr<local_runner_t> local_runner;
     std::vector<tpipe::thread_communicator> members;  // replicas on threads: one per stage
     std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp_threads;
+    std::vector<tpipe::thread_communicator> tensor_members;  // --tp on threads: one per stage, and the clip's
+    std::vector<std::unique_ptr<tensor_sum>> tensor_sums;
 
     //! Every replica starts from the same weights (same seed); each draws its own batches.
-    replica(const options& opts, int d) : index(d), o(&opts) {}
+    replica(const options& opts, int d, int k = 0) : index(d), o(&opts), tensor_rank(k) {}
 
     void build(int stages, int threads_per_part, const std::vector<bool>& here, gpt::tensor_split tensor = {})
     {
@@ -201,6 +207,10 @@ public:
         return *std::max_element(all.begin(), all.end());
     }
 
+    //! Bytes this process's stages have sent to their tensor group (--tp) in the runs so far, as
+    //! its MPI communicator counts them (tpipe::mpi::collective_traffic).
+    std::uint64_t tensor_bytes_sent() const { return tensor_bytes_sent_; }
+
     //! Every process meets here (the checkpoint's commit waits for every shard).
     void barrier()
     {
@@ -258,7 +268,9 @@ public:
     double step(replica& r, const gpt::batch& b, tpipe::run_stats& stats, bool whole_gradients)
     {
         r.model->begin_step(b);
+        const std::uint64_t before = T_ > 1 ? job_->tensor().traffic().sent : 0;
         stats = runner_->run(r.model->io());
+        if (T_ > 1) tensor_bytes_sent_ += job_->tensor().traffic().sent - before;  // the stages' sums only
         const double mine = r.model->finish_step();
         if (sharded_) {
             auto pipeline = [this](std::span<float> v) { return over_pipeline(v); };
@@ -357,6 +369,7 @@ private:
     std::unique_ptr<runner_t> runner_;
     std::unique_ptr<tpipe::blocking_group<tpipe::mpi::communicator>> tensor_;  // the stages' sums (--tp)
     bool sharded_ = false;
+    std::uint64_t tensor_bytes_sent_ = 0;
 };
 #endif
 

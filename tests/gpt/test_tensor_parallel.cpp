@@ -4,7 +4,8 @@
 // loss, and every gradient put back in the whole model's place, equal the model at t = 1 within
 // float rounding: a row-parallel product is a sum of t partial products, added in another order
 // than one rank's (the bits differ, the tolerance below bounds by how much). Token slices run
-// through the tensor-parallel stages (each rank keeps the K/V of its own heads).
+// through the tensor-parallel stages (each rank keeps the K/V of its own heads); the embedding and
+// the head (tied or not) are vocabulary-parallel.
 #include <catch2/catch.hpp>
 
 #include <exception>
@@ -100,29 +101,32 @@ TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equa
     cfg.d_model = 16;
     cfg.seq_len = 12;
     cfg.layers = 3;
+    cfg.vocab = 16;  // the embedding and the head are vocabulary-parallel: t divides it
     const auto b = gpt_test::random_batch(cfg, 4, 12, 3);
-    gpt::parameters<float> whole(cfg);
-    whole.init(7);
-    const double loss = gpt::full_step(whole, b);
-    gpt::adamw<float> opt(whole, {});
-    const std::vector<float> grads = whole.grad;
-    opt.step(whole);
 
     struct shape {
         int t, K;
         const char* schedule;
         tpipe::scheme units;
-        bool recompute;
+        bool recompute, tied;
     };
     const std::vector<shape> shapes = {
-        {2, 2, "1f1b", tpipe::microbatch_slicer{2}.scheme({4, 12}), false},
-        {4, 2, "1f1b", tpipe::grid_slicer{2, {5, 7}}.scheme({4, 12}), false},     // token slices: K/V per rank
-        {2, 3, "zb-h1", tpipe::grid_slicer{2, {4, 8}}.scheme({4, 12}), false},    // the split backward
-        {2, 2, "1f1b", tpipe::grid_slicer{2, {6, 6}}.scheme({4, 12}), true},      // recomputation
-        {2, 1, "1f1b", tpipe::microbatch_slicer{1}.scheme({4, 12}), false},
+        {2, 2, "1f1b", tpipe::microbatch_slicer{2}.scheme({4, 12}), false, true},
+        {4, 2, "1f1b", tpipe::grid_slicer{2, {5, 7}}.scheme({4, 12}), false, true},   // token slices: K/V per rank
+        {2, 3, "zb-h1", tpipe::grid_slicer{2, {4, 8}}.scheme({4, 12}), false, true},  // the split backward
+        {2, 2, "1f1b", tpipe::grid_slicer{2, {6, 6}}.scheme({4, 12}), true, true},    // recomputation
+        {2, 1, "1f1b", tpipe::microbatch_slicer{1}.scheme({4, 12}), false, true},
+        {4, 2, "1f1b", tpipe::grid_slicer{2, {5, 7}}.scheme({4, 12}), false, false},  // an untied head
     };
     for (const auto& s : shapes) {
-        CAPTURE(s.t, s.K, s.schedule, s.recompute);
+        CAPTURE(s.t, s.K, s.schedule, s.recompute, s.tied);
+        cfg.tied = s.tied;
+        gpt::parameters<float> whole(cfg);
+        whole.init(7);
+        const double loss = gpt::full_step(whole, b);
+        gpt::adamw<float> opt(whole, {});
+        const std::vector<float> grads = whole.grad;
+        opt.step(whole);
         const tp_run got = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute);
         // Seen: loss <= 4e-9, gradients <= 1.7e-7, stepped weights <= 5e-8 relative (float epsilon 1.2e-7).
         CHECK(std::abs(got.loss - loss) / loss < 1e-7);
@@ -133,9 +137,10 @@ TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equa
 
 TEST_CASE("a GPT tensor-parallel part refuses a split that does not divide, and a missing group sum", "[gpt][tensor]")
 {
-    gpt::config cfg = gpt_test::tiny_config();  // 2 heads, MLP width 32
-    REQUIRE_THROWS_WITH((gpt::layout(cfg, gpt::holding{.tensor = {0, 3}})),
-                        Catch::Contains("3 tensor ranks must divide the 2 heads and the MLP width 32"));
+    gpt::config cfg = gpt_test::tiny_config();  // 2 heads, MLP width 32, 13 tokens
+    REQUIRE_THROWS_WITH((gpt::layout(cfg, gpt::holding{.tensor = {0, 2}})),
+                        Catch::Contains("2 tensor ranks must divide the 2 heads, the MLP width 32 and the vocabulary 13"));
+    cfg.vocab = 14;
     REQUIRE_THROWS_WITH((gpt::layout(cfg, gpt::holding{.tensor = {2, 2}})), Catch::Contains("tensor rank 2 of 2"));
     gpt::parameters<float> p(cfg, gpt::holding{.tensor = {1, 2}});
     p.init(1);

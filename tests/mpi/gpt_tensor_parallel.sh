@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
 # The reference GPT with tensor-parallel stages (--tp T) over MPI processes, T x P x D of them:
-# every configuration passes --check against the non-pipelined model at T = 1 (step 1's loss and
-# gradients within 1e-5, the loss curve and final weights within --check-tol), its replicas stay
-# bitwise identical (and with --shard-optimizer bitwise the replicated optimizer), and T = 1 and T = 2 of the same pipeline train to losses within 1e-5; a
-# checkpoint saved at T = 2 resumes at T = 1 and T = 4.
-# What --tp does not run yet is refused, naming the flag.
+# - every configuration passes --check against the non-pipelined model at T = 1 (step 1's loss
+#   and gradients within 1e-5, the loss curve and final weights within --check-tol), its replicas
+#   stay bitwise identical, and its tensor communicator sends the closed form's bytes;
+# - --shard-optimizer is bitwise the replicated optimizer;
+# - T = 1 and T = 2 of the same pipeline train to losses within 1e-5;
+# - a checkpoint saved at T = 2 resumes at T = 1 and T = 4;
+# - what --tp does not run yet is refused, naming the flag.
 #   gpt_tensor_parallel.sh MPIEXEC "FLAGS" TRAIN_GPT
 set -u
 mpiexec=$1 flags=$2 gpt=$3
 common="--layers 4 --d-model 32 --heads 4 --seq-len 32 --batch 4 --steps 3 --threads 2 --json --check --transport mpi"
-summary() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(repr(d["last_loss"]), d["weights_fnv"], d["check_ok"], d["replicas_identical"])'; }
+# The summary's loss, weights and verdicts; with --tp, whether the bytes the tensor communicator
+# counted equal the closed form (bytes=).
+summary() { grep '"summary"' | tail -1 | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+sent, closed = d.get("tensor_bytes_sent_per_step"), d.get("tensor_bytes_closed_form")
+bytes_ok = "bytes=" if sent is None or sent == closed else f"bytes:{sent}!={closed}"
+print(repr(d["last_loss"]), d["weights_fnv"], bytes_ok, d["check_ok"], d["replicas_identical"])'; }
 status=0
 declare -A loss fnv
 while read -r np cfg; do
   got=$(timeout 300 "$mpiexec" -np "$np" $flags "$gpt" $common $cfg </dev/null 2>&1 | summary)
   verdict=ok
-  [[ "$got" == *"True True" ]] || { verdict=FAIL; status=1; }
+  [[ "$got" == *"bytes= True True" ]] || { verdict=FAIL; status=1; }
   loss["$np $cfg"]=${got%% *}
   fnv["$np $cfg"]=$(echo "$got" | cut -d' ' -f2)
   echo "$verdict  np $np $cfg: [$got]"
@@ -61,13 +70,13 @@ ok = abs(a - ref) / ref < 1e-5 and abs(b - ref) / ref < 1e-5
 print(("ok" if ok else "FAIL") + f"  saved at t = 2, resumed at t = 1: {a!r}, at t = 4: {b!r}; unbroken t = 1: {ref!r}")
 sys.exit(0 if ok else 1)
 PY
-# Refused, naming the flag: tensor ranks on threads, a count that does not divide, a wrong -np.
+# Refused, naming the flag: a checkpoint of tensor ranks on threads, a count that does not divide, a wrong -np.
 expect() {
   local want=$1; shift
   out=$("$@" </dev/null 2>&1); rc=$?
   if [ $rc -ne 0 ] && [[ "$out" == *"$want"* ]]; then echo "ok  refused: $want"; else echo "FAIL  [$*] rc $rc: $out"; status=1; fi
 }
-expect "--tp 2 runs each tensor rank in an MPI process" "$gpt" --tp 2
+expect "--save with --tp > 1 needs --transport mpi" "$gpt" --tp 2 --save "$dir/threads" --save-every 1
 expect "--tp 3 must divide --heads 4" "$gpt" --tp 3 --transport mpi
 expect "--elastic is not supported with --tp > 1 yet" "$gpt" --tp 2 --transport mpi --elastic
 expect "needs 4 processes, but the job has 2" timeout 120 "$mpiexec" -np 2 $flags "$gpt" --tp 2 --stages 2 --transport mpi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The reference GPT trained over MPI processes equals the same training on threads: same loss
+# The reference GPT trained over MPI processes equals the same training on threads (tensor ranks
+# too: --tp, whose fingerprint is of the shares put together): same loss
 # and bitwise-equal final weights (weights_fnv; each process holds its stages only, the
 # fingerprint runs over the pipeline's ranks in order), and --check passes in both (D replicas of batch
 # B match one replica of batch D*B within --check-tol; replicas bitwise identical).
@@ -25,5 +26,7 @@ done <<'CONFIGS'
 2 --stages 2 --schedule 1f1b --untied
 4 --stages 4 --schedule zb-h1 --recompute
 6 --stages 2 --dp 3 --schedule interleaved --shard-optimizer
+4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
+4 --tp 2 --dp 2 --stages 1 --schedule 1f1b --slicer microbatch:2 --shard-optimizer
 CONFIGS
 exit $status

@@ -33,8 +33,27 @@ fullest stage); refuses those that do not fit in memory; and ranks the rest by
                      e.g. 16GiB, 14GB (TeraPipe's cap on a 16 GB V100); default: no limit.
                      Memory: fp16 weights and gradients, fp32 master and Adam state (16 B per
                      parameter), saved activations and K/V of every unit, as docs/planner.md says
-  --json             one JSON object: "best" and "configurations" (every one, best first)
+  --json             one JSON object: "best" (with "run": the train_gpt command line that runs it
+                     over MPI at the model's shape, byte vocabulary) and "configurations" (every
+                     one, best first)
 )";
+
+//! What runs configuration `c` with the reference GPT over MPI (train_gpt --tp t --stages K --dp d)
+//! at the model's shape (train_gpt's vocabulary is bytes: 256 tokens, not the preset's), with the
+//! plan's token slices; empty when its microbatches are not all of one size (no --slicer says that).
+std::string run_line(const tpipe::search_problem& p, const tpipe::configuration& c)
+{
+    const auto& mb = c.plan.microbatches;
+    for (auto rows : mb)
+        if (rows != mb.front()) return {};
+    std::ostringstream line;
+    line << "mpirun -np " << c.tensor_parallel * c.stages * c.data_parallel << " train_gpt --transport mpi --tp "
+         << c.tensor_parallel << " --stages " << c.stages << " --dp " << c.data_parallel << " --layers " << p.model.layers
+         << " --d-model " << p.model.hidden << " --heads " << p.model.heads << " --seq-len " << p.seq_len << " --batch "
+         << c.rows << " --schedule terapipe-1f1b --slicer grid:" << mb.size() << ":";
+    for (std::size_t i = 0; i < c.plan.slices.front().size(); ++i) line << (i ? "," : "") << c.plan.slices.front()[i];
+    return line.str();
+}
 
 std::string gib(double b)
 {
@@ -96,9 +115,12 @@ int run_search(tpipe::flag_reader& a)
                                        {"memory_bytes", c.memory_bytes},
                                        {"fits", c.fits}};
         };
+        tpipe::json::object best_row = row(best);
+        const std::string run = run_line(p, best);
+        best_row.emplace("run", run.empty() ? tpipe::json::value(nullptr) : tpipe::json::value(run));
         tpipe::json::array all;
         for (const auto& c : table) all.emplace_back(row(c));
-        std::cout << tpipe::json::dump(tpipe::json::object{{"best", row(best)}, {"configurations", std::move(all)}})
+        std::cout << tpipe::json::dump(tpipe::json::object{{"best", std::move(best_row)}, {"configurations", std::move(all)}})
                   << "\n";
         return 0;
     }
@@ -126,6 +148,8 @@ int run_search(tpipe::flag_reader& a)
     for (std::size_t i = 0; i < best.plan.slices.front().size(); ++i)
         std::cout << (i ? " " : "") << best.plan.slices.front()[i];
     std::cout << "\n";
+    if (const std::string run = run_line(p, best); !run.empty())
+        std::cout << "run it (the reference GPT at this shape, byte vocabulary): " << run << "\n";
     return 0;
 }
 

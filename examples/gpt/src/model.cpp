@@ -36,10 +36,11 @@ layout::layout(const config& c, const holding& h) : held(h)
     if (tp.ranks < 1 || tp.rank < 0 || tp.rank >= tp.ranks)
         throw std::invalid_argument("gpt::layout: tensor rank " + std::to_string(tp.rank) + " of " +
                                     std::to_string(tp.ranks) + " (needs 0 <= rank < ranks)");
-    if (c.heads % tp.ranks != 0 || c.d_ff() % tp.ranks != 0)
+    if (c.heads % tp.ranks != 0 || c.d_ff() % tp.ranks != 0 || c.vocab % tp.ranks != 0)
         throw std::invalid_argument("gpt::layout: " + std::to_string(tp.ranks) + " tensor ranks must divide the " +
-                                    std::to_string(c.heads) + " heads and the MLP width " + std::to_string(c.d_ff()) +
-                                    " (each rank holds whole heads and an equal share of the MLP)");
+                                    std::to_string(c.heads) + " heads, the MLP width " + std::to_string(c.d_ff()) +
+                                    " and the vocabulary " + std::to_string(c.vocab) +
+                                    " (each rank holds whole heads and an equal share of the MLP and the vocabulary)");
     const std::int64_t d = c.d_model, V = c.vocab, L = c.seq_len, F = c.d_ff(), t = tp.ranks;
     using split = tensor_info::split;
     std::int64_t global = 0;
@@ -58,7 +59,7 @@ layout::layout(const config& c, const holding& h) : held(h)
         return ti.offset;
     };
     const bool copy = c.tied && held.last && !held.first;  // the tied head's copy of the embedding
-    wte = add("wte", {V, d}, true, held.first || copy);
+    wte = add("wte", {V / t, d}, true, held.first || copy, split::rows);  // vocabulary-parallel
     if (copy) tensors.back().tied_copy = true;
     wpe = add("wpe", {L, d}, true, held.first);
     for (int l = 0; l < c.layers; ++l) {
@@ -83,7 +84,7 @@ layout::layout(const config& c, const holding& h) : held(h)
     }
     lnf_g = add("lnf.g", {d}, false, held.last);
     lnf_b = add("lnf.b", {d}, false, held.last);
-    head = c.tied ? wte : add("head", {V, d}, true, held.last);
+    head = c.tied ? wte : add("head", {V / t, d}, true, held.last, split::rows);
     if (!held.last) head = -1;
     tied = c.tied;
 }
@@ -314,7 +315,7 @@ part<T>::part(parameters<T>& params, int layer_begin, int layer_end, bool first,
                "(layers [" + std::to_string(h.layer_begin) + ", " + std::to_string(h.layer_end) + ")" +
                (h.first ? ", embeddings" : "") + (h.last ? ", head" : "") + ")");
     if (last && params.cfg.tied)
-        impl_->head_grad.assign(static_cast<std::size_t>(params.cfg.vocab) * params.cfg.d_model, T(0));
+        impl_->head_grad.assign(static_cast<std::size_t>(vocab_share()) * params.cfg.d_model, T(0));
 }
 
 template <class T>
@@ -358,13 +359,13 @@ std::vector<tpipe::element_range> part<T>::gradient_ranges() const
         if (end > begin) out.push_back({static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)});
     };
     if (first_) {
-        range(lay.wte, lay.wte + params_->cfg.vocab * d);
+        range(lay.wte, lay.wte + vocab_share() * d);
         range(lay.wpe, lay.wpe + params_->cfg.seq_len * d);
     }
     if (l1_ > l0_) range(lay.blocks[l0_].begin, lay.blocks[l1_ - 1].end);
     if (last_) {
         range(lay.lnf_g, lay.lnf_b + d);
-        range(lay.head, lay.head + params_->cfg.vocab * d);
+        range(lay.head, lay.head + vocab_share() * d);
     }
     return out;
 }
@@ -398,13 +399,23 @@ std::vector<T> part<T>::embed(const tpipe::unit& u)
     std::vector<T> x = I.take_buffer(static_cast<std::size_t>(rows * s * d));
     const T* wte = W + params_->lay.wte;
     const T* wpe = W + params_->lay.wpe;
+    const std::int64_t v0 = vocab_begin(), v1 = v0 + vocab_share();
+    const bool split = params_->lay.held.tensor.ranks > 1;
     for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t i = 0; i < s; ++i) {
             const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
             if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
             T* xi = x.data() + (r * s + i) * d;
-            for (std::int64_t c = 0; c < d; ++c) xi[c] = wte[tok * d + c] + wpe[(t0 + i) * d + c];
+            const bool mine = tok >= v0 && tok < v1;
+            for (std::int64_t c = 0; c < d; ++c)
+                xi[c] = split ? (mine ? wte[(tok - v0) * d + c] : T(0)) : wte[tok * d + c] + wpe[(t0 + i) * d + c];
         }
+    if (split) {  // vocabulary-parallel: one rank holds the token's row; the sum adds zeros to it, exactly
+        sum_over_tensor_group(x);
+        for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t i = 0; i < s; ++i)
+                for (std::int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>((r * s + i) * d + c)] += wpe[(t0 + i) * d + c];
+    }
     return x;
 }
 
@@ -476,6 +487,57 @@ void part<T>::sum_over_tensor_group(std::vector<T>& v)
 }
 
 template <class T>
+double part<T>::vocab_parallel_cross_entropy(const tpipe::unit& u, T scale, std::vector<T>& logits)
+{
+    // Megatron's vocabulary-parallel cross-entropy: this rank holds the logits of tokens
+    // [v0, v0 + V) of every position; the full logits are never gathered. Three sums over the
+    // tensor group: every rank's row maxima (each rank writes its own block of t blocks, the
+    // others add zeros: an exact gather), then each row's sum of exponentials and target logit.
+    const batch& B = *impl_->data;
+    const std::int64_t rows = u.rows(), s = u.tokens(), n = rows * s, V = vocab_share(), v0 = vocab_begin();
+    const int t = params_->lay.held.tensor.ranks, k = params_->lay.held.tensor.rank;
+    std::vector<std::int32_t> target(static_cast<std::size_t>(n));
+    for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < s; ++i) {
+            const std::int32_t tgt = B.targets[static_cast<std::size_t>((u.row_begin + r) * B.seq_len + u.token_begin + i)];
+            if (tgt < 0 || tgt >= params_->cfg.vocab)
+                refuse("target id " + std::to_string(tgt) + " outside the vocabulary [0, " + std::to_string(params_->cfg.vocab) + ")");
+            target[static_cast<std::size_t>(r * s + i)] = tgt;
+        }
+    std::vector<T> maxima(static_cast<std::size_t>(n * t), T(0));
+    for (std::int64_t i = 0; i < n; ++i) {
+        const T* z = logits.data() + i * V;
+        maxima[static_cast<std::size_t>(k * n + i)] = *std::max_element(z, z + V);
+    }
+    sum_over_tensor_group(maxima);
+    std::vector<T> sums(static_cast<std::size_t>(2 * n), T(0));  // [sum of exp(z - max) | target's z - max]
+    std::vector<T> top(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+        T mx = maxima[static_cast<std::size_t>(i)];
+        for (int j = 1; j < t; ++j) mx = std::max(mx, maxima[static_cast<std::size_t>(j * n + i)]);
+        top[static_cast<std::size_t>(i)] = mx;
+        T* z = logits.data() + i * V;
+        const std::int64_t tgt = target[static_cast<std::size_t>(i)] - v0;
+        if (tgt >= 0 && tgt < V) sums[static_cast<std::size_t>(n + i)] = z[tgt] - mx;
+        T sum = 0;
+        for (std::int64_t c = 0; c < V; ++c) sum += (z[c] = std::exp(z[c] - mx));
+        sums[static_cast<std::size_t>(i)] = sum;
+    }
+    sum_over_tensor_group(sums);
+    double loss = 0;  // in row order, as softmax_cross_entropy adds
+    for (std::int64_t i = 0; i < n; ++i) {
+        const T sum = sums[static_cast<std::size_t>(i)];
+        loss += static_cast<double>(std::log(sum) - sums[static_cast<std::size_t>(n + i)]);
+        T* z = logits.data() + i * V;
+        const T c = scale / sum;
+        for (std::int64_t j = 0; j < V; ++j) z[j] *= c;
+        const std::int64_t tgt = target[static_cast<std::size_t>(i)] - v0;
+        if (tgt >= 0 && tgt < V) z[tgt] -= scale;
+    }
+    return loss;
+}
+
+template <class T>
 activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
 {
     impl& I = *impl_;
@@ -519,7 +581,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     if (!last_) return activation<T>{rows, s, std::move(x)};
 
     // Final LayerNorm, head and softmax cross-entropy (partial sum / total tokens).
-    const std::int64_t V = cfg.vocab;
+    const std::int64_t V = vocab_share();
     const T* Wh = W + params_->lay.head;
     us.xf.resize(static_cast<std::size_t>(n * d));
     us.meanf.resize(static_cast<std::size_t>(n));
@@ -532,9 +594,13 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     gemm<T>(pool, n, V, d, {us.xf.data(), d, 1}, {Wh, 1, d}, us.dlogits.data(), V, false);
     const T inv_total = T(1) / T(I.total);
     double loss = 0;
-    for (std::int64_t r = 0; r < rows; ++r)
-        loss += softmax_cross_entropy(pool, s, V, B.targets.data() + (u.row_begin + r) * Lb + t0, inv_total,
-                                      us.dlogits.data() + r * s * V);
+    if (params_->lay.held.tensor.ranks > 1) {
+        loss = vocab_parallel_cross_entropy(u, inv_total, us.dlogits);
+    } else {
+        for (std::int64_t r = 0; r < rows; ++r)
+            loss += softmax_cross_entropy(pool, s, V, B.targets.data() + (u.row_begin + r) * Lb + t0, inv_total,
+                                          us.dlogits.data() + r * s * V);
+    }
     loss_ += loss / static_cast<double>(I.total);
     return activation<T>{rows, s, {}};
 }
@@ -579,7 +645,8 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     if (last_) {
         const T* Wh = W + params_->lay.head;
         us.dxf.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, cfg.vocab, {us.dlogits.data(), cfg.vocab, 1}, {Wh, d, 1}, us.dxf.data(), d, false);
+        gemm<T>(pool, n, d, vocab_share(), {us.dlogits.data(), vocab_share(), 1}, {Wh, d, 1}, us.dxf.data(), d, false);
+        sum_over_tensor_group(us.dxf);  // vocabulary-parallel: every rank's share of the logits
         dx = I.take_buffer(static_cast<std::size_t>(n * d));
         std::fill(dx.begin(), dx.end(), T(0));
         layernorm_backward(pool, n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
@@ -654,7 +721,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
     thread_pool& pool = *pool_;
 
     if (last_) {
-        const std::int64_t V = cfg.vocab;
+        const std::int64_t V = vocab_share();
         T* gh = impl_->head_grad.empty() ? G + params_->lay.head : impl_->head_grad.data();
         gemm<T>(pool, V, d, n, {us.dlogits.data(), 1, V}, {us.xf.data(), d, 1}, gh, d, true);
         layernorm_param_grad(n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
@@ -681,12 +748,14 @@ void part<T>::backward_weight(const tpipe::unit& u)
         const std::int64_t Lb = B.seq_len;
         T* gte = G + params_->lay.wte;
         T* gpe = G + params_->lay.wpe;
+        const std::int64_t v0 = vocab_begin(), v1 = v0 + vocab_share();  // the embedding rows held here
         for (std::int64_t r = 0; r < rows; ++r)
             for (std::int64_t i = 0; i < s; ++i) {
                 const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
                 const T* g = us.dx0.data() + (r * s + i) * d;
+                const bool mine = tok >= v0 && tok < v1;
                 for (std::int64_t c = 0; c < d; ++c) {
-                    gte[tok * d + c] += g[c];
+                    if (mine) gte[(tok - v0) * d + c] += g[c];
                     gpe[(t0 + i) * d + c] += g[c];
                 }
             }

@@ -261,6 +261,10 @@ private:
     void sum_over_tensor_group(std::vector<T>& v);
     //! The attention width of this tensor rank's heads (d_model at one tensor rank).
     std::int64_t attention_width() const { return params_->cfg.d_model / params_->lay.held.tensor.ranks; }
+    //! The vocabulary rows of the embedding and head this tensor rank holds: [vocab_begin(), + vocab_share()).
+    std::int64_t vocab_share() const { return params_->cfg.vocab / params_->lay.held.tensor.ranks; }
+    std::int64_t vocab_begin() const { return vocab_share() * params_->lay.held.tensor.rank; }
+    double vocab_parallel_cross_entropy(const tpipe::unit& u, T scale, std::vector<T>& logits);
     std::function<void(std::span<T>)> tensor_sum_;
     struct impl;
     std::unique_ptr<impl> impl_;

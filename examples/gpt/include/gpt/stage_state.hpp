@@ -82,7 +82,8 @@ public:
     std::vector<T> tied_share() const
     {
         if (!tied_across_stages()) return {};
-        const std::size_t n = static_cast<std::size_t>(cfg_.vocab) * static_cast<std::size_t>(cfg_.d_model);
+        // The embedding rows this tensor rank holds (all of them at one rank).
+        const std::size_t n = static_cast<std::size_t>(cfg_.vocab / tensor_.ranks) * static_cast<std::size_t>(cfg_.d_model);
         std::vector<T> out(n, T(0));
         if (holds(0)) std::copy_n(embedding_grad(0), n, out.begin());
         if (holds(stages() - 1)) {
