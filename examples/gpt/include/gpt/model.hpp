@@ -51,9 +51,10 @@ struct config {
 //! matrices. Column-parallel (split by output columns): the QKV projection (by heads: each rank
 //! keeps the Q, K and V columns of heads [rank H/t, (rank+1) H/t)) and the first MLP matrix;
 //! row-parallel (split by input rows): the attention output and the second MLP matrix, whose
-//! partial products the tensor group sums (part::set_tensor_sum). LayerNorms, the row-parallel
-//! layers' biases, the embeddings and the head are replicated: every tensor rank holds them whole
-//! and computes the same values and gradients.
+//! partial products the tensor group sums (part::set_tensor_sum); vocabulary-parallel: the token
+//! embedding and the head (rows [rank V/t, (rank+1) V/t) each). LayerNorms, the row-parallel
+//! layers' biases and the position embedding are whole on every tensor rank, which computes the
+//! same values and gradients for them.
 struct tensor_split {
     int rank = 0, ranks = 1;
     friend bool operator==(const tensor_split&, const tensor_split&) = default;
@@ -236,7 +237,8 @@ public:
     //! the stage's tensor group in place, the same bits on every member (e.g. through a
     //! tpipe::blocking_group). Called twice per layer in the forward (after the attention output
     //! and the second MLP matrix) and twice in the backward (the inputs' gradients of the QKV and
-    //! first MLP matrices), by every tensor rank in the same order.
+    //! first MLP matrices); the first part once per unit (the embedding lookup), the last three
+    //! times forward (the cross-entropy) and once backward. Every tensor rank calls it in the same order.
     void set_tensor_sum(std::function<void(std::span<T>)> sum) { tensor_sum_ = std::move(sum); }
 
     //! Activation recomputation: a unit keeps only its input to this part from its forward to its
