@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Three axes measured: train_gpt over MPI at (t, K, d) = (1,2,1) (2,1,1) (2,2,1) (2,1,2), process
-# 0's peak RSS (GNU time) beside the memory model's prediction, tokens/s, and the bytes the
-# tensor communicator sent per step beside the closed form. Four processes on a 2-core machine
+# 0's peak RSS (GNU time) above its floor (the same job with a negligible model: a CUDA-enabled
+# build maps about 210 MiB of CUDA libraries) beside the memory model's prediction above its own
+# floor (17 MiB), tokens/s, and the bytes the tensor communicator sent per step beside the
+# closed form. Four processes on a 2-core machine
 # are oversubscribed: the tokens/s compare configurations on this machine only.
 #   bash bench/tensor_parallel.sh [build dir] [extra train_gpt flags]
 set -euo pipefail
@@ -10,19 +12,27 @@ gpt=$build/examples/gpt/train_gpt
 mpi=(mpiexec --oversubscribe); [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 shape="--layers 4 --d-model 256 --heads 8 --seq-len 256 --batch 8 --steps 12 --slicer microbatch:4 --threads 2 --json"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
-printf '%-10s %5s %12s %16s %16s %18s %18s\n' "t,K,d" "procs" "tokens/s" "RSS p0 MiB" "predicted MiB" "tensor B/step" "closed form B"
+printf '%-10s %5s %10s %10s %10s %10s %10s %14s %14s\n' "t,K,d" "procs" "tokens/s" "RSS MiB" "floor" "above" "predicted" "tensor B/step" "closed form"
 for cfg in "1 2 1" "2 1 1" "2 2 1" "2 1 2"; do
   read -r t K d <<<"$cfg"
   n=$((t * K * d))
-  "${mpi[@]}" -np "$n" bash -c '/usr/bin/time -f "rss %M" -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' "$out" \
-    "$gpt" --transport mpi --tp "$t" --stages "$K" --dp "$d" $shape "$@" >"$out/log" 2>&1 || { cat "$out/log"; exit 1; }
+  run() {  # process 0's peak RSS in $out/rss.0, the log in $out/$1
+    local log=$1; shift
+    "${mpi[@]}" -np "$n" bash -c '/usr/bin/time -f "rss %M" -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' "$out" \
+      "$gpt" --transport mpi --tp "$t" --stages "$K" --dp "$d" "$@" >"$out/$log" 2>&1 || { cat "$out/$log"; exit 1; }
+  }
+  run floor.log --layers "$K" --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 2 --threads 2 --json
+  mv "$out/rss.0" "$out/floor.0"
+  run log $shape "$@"
   python3 - "$out" "$t,$K,$d" "$n" <<'PY'
 import glob, json, sys
 out, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = [json.loads(l) for l in open(out + "/log") if '"summary"' in l][-1]
 rss = int(open(out + "/rss.0").read().split()[-1]) / 1024  # process 0's, as its prediction is
+floor = int(open(out + "/floor.0").read().split()[-1]) / 1024
 sent, closed = s.get("tensor_bytes_sent_per_step", 0), s.get("tensor_bytes_closed_form", 0)
-print(f"{name:<10} {n:5d} {s['tokens_per_s']:12.0f} {rss:16.1f} {s['predicted_peak_bytes'] / 2**20:16.1f} {sent:18.0f} {closed:18.0f}")
+predicted = s["predicted_peak_bytes"] / 2**20 - 17  # above the model's floor
+print(f"{name:<10} {n:5d} {s['tokens_per_s']:10.0f} {rss:10.1f} {floor:10.1f} {rss - floor:10.1f} {predicted:10.1f} {sent:14.0f} {closed:14.0f}")
 PY
   rm -f "$out"/rss.*
 done

@@ -110,9 +110,11 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
             // The CPU GPT's saves per layer, token and hidden unit: 16 floats from the forward
             // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
             // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
+            // With --tp, 19 of the 27 are a tensor rank's share (qkv 3, attn 1, fc 4, act 4; dfc
+            // 4, dqkv 3): 8 whole, 19 / T.
             const double optimizer = o.shard_optimizer ? 9.0 / o.dp : 9.0;  // sharded: 1/D of m, v and the decay flag
             tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = optimizer,
-                                     .activation_bytes = 27 * 4, .split_activation_bytes = 0, .score_bytes = 4,
+                                     .activation_bytes = 8 * 4, .split_activation_bytes = 19 * 4, .score_bytes = 4,
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
                                      .input_bytes = 4};
             const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), o.tp, o.cfg.seq_len, mo);
