@@ -56,6 +56,9 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 ckpt="--layers 4 --d-model 32 --heads 4 --seq-len 32 --batch 4 --threads 2 --json --slicer microbatch:2"
 last() { grep '"summary"' | tail -1 | python3 -c 'import json,sys; print(repr(json.loads(sys.stdin.read())["last_loss"]))'; }
 unbroken=$("$gpt" $ckpt --stages 2 --steps 4 </dev/null 2>&1 | last)
+# Under ASan this run's exit finds about 117 KB that Open MPI allocated in components it has
+# unloaded by then: frames no suppression can name (.ci/sanitizers.sh checks mpi_np* alike).
+ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" \
 timeout 300 "$mpiexec" -np 4 $flags "$gpt" $ckpt --transport mpi --tp 2 --stages 2 --steps 2 --save "$dir/run" --save-every 2 </dev/null >"$dir/save.log" 2>&1 ||
   { echo "FAIL  the t = 2 save: $(tail -3 "$dir/save.log")"; status=1; }
 at1=$("$gpt" $ckpt --stages 2 --steps 4 --resume "$dir/run" </dev/null 2>&1 | last)
