@@ -511,11 +511,9 @@ double part<T>::vocab_parallel_cross_entropy(const tpipe::unit& u, T scale, std:
     }
     sum_over_tensor_group(maxima);
     std::vector<T> sums(static_cast<std::size_t>(2 * n), T(0));  // [sum of exp(z - max) | target's z - max]
-    std::vector<T> top(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
         T mx = maxima[static_cast<std::size_t>(i)];
         for (int j = 1; j < t; ++j) mx = std::max(mx, maxima[static_cast<std::size_t>(j * n + i)]);
-        top[static_cast<std::size_t>(i)] = mx;
         T* z = logits.data() + i * V;
         const std::int64_t tgt = target[static_cast<std::size_t>(i)] - v0;
         if (tgt >= 0 && tgt < V) sums[static_cast<std::size_t>(n + i)] = z[tgt] - mx;
