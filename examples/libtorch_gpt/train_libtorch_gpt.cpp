@@ -2,6 +2,7 @@
 //
 //   train_libtorch_gpt --stages 2 --schedule zb-h1 --slicer grid:2:32,32 --steps 20 --check
 //   mpirun -np 2 train_libtorch_gpt --transport mpi --stages 2 --check
+//   mpirun -np 4 train_libtorch_gpt --transport mpi --tp 2 --stages 2 --check   (tensor x pipeline)
 //   train_libtorch_gpt --elastic --devices 2 --epochs 3 --check      (PipeTransformer)
 //
 // Exit status: 0 ok, 1 failure, 2 bad flags, 3 --check found a difference from plain libtorch.
@@ -48,6 +49,8 @@ const char* usage_text =
     "  --seed N          initialisation and data seed (default 1)\n"
     "  --stages P        pipeline ranks (default 2): a stage each, or V each where the schedule places V\n"
     "                    (interleaved, interleaved-zb, zb-v: 2; the model is cut into P x V stages)\n"
+    "  --tp T            tensor ranks per stage (default 1): Megatron's split of attention heads, MLP features\n"
+    "                    and vocabulary over T pipelines (threads) or T x P processes (mpi: mpirun -np T x P)\n"
     "  --schedule NAME   a runnable schedule of tpipe's registry: 1f1b, zb-h1, gpipe, ... (default 1f1b)\n"
     "  --slicer SPEC     microbatch:M | tokens:l1,l2,... | grid:M:l1,l2,... (default microbatch:4); with --elastic\n"
     "                    only terapipe: TeraPipe token slices re-planned for every pipeline depth\n"
@@ -117,6 +120,7 @@ flags parse(int argc, char** argv)
     f.o.lr = r.positive("--lr", f.o.lr);
     f.o.seed = r.number<std::uint64_t>("--seed", f.o.seed, 0);
     f.o.stages = r.number("--stages", f.o.stages, 1, most);
+    f.o.tp = r.number("--tp", f.o.tp, 1, most);
     f.o.schedule = r.text("--schedule", f.o.schedule);
     f.o.slicer = r.text("--slicer", f.o.slicer);
     f.o.transport = r.text("--transport", f.o.transport);
@@ -190,6 +194,15 @@ flags parse(int argc, char** argv)
         throw usage_error("--stages " + std::to_string(f.o.stages) + " for " + std::to_string(f.o.layers) +
                           " layers: every stage needs at least one layer (raise --layers)");
     if (r.given("--threads")) tpipe_examples::check_threads(f.o.threads, 1);
+    if (f.o.tp > 1) {  // what composes with tensor parallelism here, and what does not yet
+        if (f.o.transport == "none")
+            throw usage_error("--tp " + std::to_string(f.o.tp) + " splits the stages of a pipelined run: use --transport "
+                              "threads (a pipeline per tensor rank) or mpi (mpirun -np " +
+                              std::to_string(f.o.tp * f.o.stages) + ")");
+        r.applies_only({"--elastic"}, false, "does not go with --tp yet (the elastic driver re-packs whole stages, not tensor groups)");
+        r.applies_only({"--save", "--resume"}, false,
+                       "does not go with --tp yet (the libtorch checkpoint holds whole stages, not tensor shares)");
+    }
     return f;
 }
 
@@ -200,7 +213,7 @@ flags parse(int argc, char** argv)
     tpipe::fingerprint fp;
     fp.add("binary", tpipe_examples::executable_digest()).add("--layers", f.o.layers).add("--d-model", f.o.d_model);
     fp.add("--heads", f.o.heads).add("--seq-len", f.o.seq_len).add("--batch", f.o.batch).add("--steps", f.o.steps);
-    fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--schedule", f.o.schedule);
+    fp.add("--lr", f.o.lr).add("--seed", f.o.seed).add("--stages", f.o.stages).add("--tp", f.o.tp).add("--schedule", f.o.schedule);
     fp.add("--slicer", f.o.slicer).add("--check", f.check).add("--check-tol", f.check_tol);
     fp.add("--save", f.o.save).add("--save-every", f.o.save_every).add("--keep", f.o.keep).add("--resume", f.o.resume);
     fp.add("--granularity", f.o.terapipe_granularity).add("--elastic", f.elastic).add("--devices", f.el.devices).add("--alpha", f.el.alpha);

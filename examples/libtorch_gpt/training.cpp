@@ -10,17 +10,21 @@
 #include <functional>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <type_traits>
 
 #include <torch/torch.h>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/comm/blocking_group.hpp>
+#include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/checked.hpp>
 #include <tpipe/core/file.hpp>
 #include <tpipe/exec/run.hpp>
@@ -30,7 +34,6 @@
 #include <tpipe/state/checksum.hpp>
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-#include <tpipe/adapters/libtorch/process_sum.hpp>
 #include <tpipe/async/sync_wait.hpp>
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/mpi/communicator.hpp>
@@ -180,17 +183,22 @@ private:
 
 //! What every transport needs: the model, its optimizer and the data, as a trainer has them.
 //! `builds` (none: all) names the modules this process holds; the optimizer steps those only.
+//! Split over tensor groups (`tensor_of(m)`: the group of module m's stage), this rank's shares
+//! of them; `tensor` is the group of its last stage (the loss's).
 struct trainer {
     config cfg;
+    tpipe::libtorch::tensor_group tensor;
     torch::nn::Sequential model{nullptr};
     std::unique_ptr<torch::optim::AdamW> optimizer;
     corpus data;
 
-    explicit trainer(const options& o, const std::function<bool(std::size_t)>& builds = {})
+    explicit trainer(const options& o, const std::function<bool(std::size_t)>& builds = {},
+                     const std::function<tpipe::libtorch::tensor_group(std::size_t)>& tensor_of = {})
         : cfg(config_of(o)), data(o.data, o.seed)
     {
         if (o.threads > 0) torch::set_num_threads(o.threads);
-        model = make_gpt(cfg, o.seed, builds);
+        if (tensor_of) tensor = tensor_of(static_cast<std::size_t>(cfg.layers) + 1);
+        model = make_gpt(cfg, o.seed, builds, tensor_of);
         optimizer = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(o.lr));
     }
 };
@@ -210,15 +218,16 @@ double plain_step(torch::nn::Sequential& model, torch::optim::Optimizer& optimiz
 // [/snippet]
 
 //! The last stage's logits of one unit -> the gradient of the batch's mean loss; adds the unit's
-//! share of the loss to `loss_sum`.
+//! share of the loss to `loss_sum`. Over a tensor group the logits are this rank's vocabulary
+//! share, and every rank gets the whole loss.
 torch::Tensor loss_gradient(const tpipe::unit& u, torch::Tensor logits, const torch::Tensor& targets,
-                            double& loss_sum)
+                            const tpipe::libtorch::tensor_group& tensor, double& loss_sum)
 {
     // [snippet:loss]
     auto y = logits.requires_grad_();  // a leaf: y.grad() is what the last stage's backward gets
     auto t = targets.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end);
-    auto loss = F::cross_entropy(y.reshape({-1, y.size(-1)}), t.reshape({-1}),
-                                 F::CrossEntropyFuncOptions().reduction(torch::kSum)) /
+    // F::cross_entropy(..., kSum) at one tensor rank; the full logits are never gathered at more
+    auto loss = tpipe::libtorch::vocab_parallel_cross_entropy(y, t, tensor, at::Reduction::Sum) /
                 static_cast<double>(targets.numel());  // this unit's share of the batch mean
     loss.backward();
     loss_sum += loss.item<double>();
@@ -226,9 +235,17 @@ torch::Tensor loss_gradient(const tpipe::unit& u, torch::Tensor logits, const to
     // [/snippet]
 }
 
+//! Where a process of an MPI job stands in its pipeline (over threads: the defaults).
+struct placement {
+    int rank = 0;                           //!< its pipeline rank
+    std::function<void(double&)> sum_loss;  //!< sums a step's loss over its pipeline's processes
+};
+
+//! `over`: this process's transport (null: threads).
 template <class Transport>
-result pipelined(const options& o, trainer& tr, Transport* over)
+result pipelined(const options& o, trainer& tr, Transport* over, const placement& where = {})
 {
+    const int rank = where.rank;
     const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
     // [snippet:pipeline]
     // A schedule's program for o.stages ranks, and the model cut into its stages: modules
@@ -236,7 +253,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
     const auto cuts = model_cuts(o, prog);
     tpipe::uniform_pipeline<tpipe::libtorch::module_stage> pipe(tpipe::libtorch::cut(tr.model, cuts));
-    tpipe::cpu_engine engine(over ? 1 : o.stages);  // under MPI this process runs one rank
+    // Under MPI this process runs one rank. Tensor ranks on threads block in their group's sums:
+    // a loop per rank, so that none holds a loop another rank needs (docs/runtime.md).
+    tpipe::cpu_engine engine(over ? 1 : o.stages, {.threads = !over && tr.tensor.size() > 1 ? o.stages : 0});
     // [/snippet]
     if (o.check_slicing) {  // token slices of the first unit against it unsliced, stage by stage
         const tpipe::unit u = units.at(0, 0);
@@ -250,7 +269,7 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
     if constexpr (!local)  // this process holds its own stages only (make_gpt built placeholders for the rest)
         for (std::size_t i = 0; i < pipe.size(); ++i)
-            if (prog.stage_rank[i] != over->process())
+            if (prog.stage_rank[i] != rank)
                 pipe.stage(i) = tpipe::libtorch::module_stage::elsewhere(pipe.stage(i).name());
     std::unique_ptr<runner_t> runner;
     tpipe::run_options opts;
@@ -277,7 +296,7 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     if constexpr (local) {
         for (int i = 0; i < prog.stages(); ++i) mine.push_back(i);
     } else {
-        mine = stages_on(prog, over->process());
+        mine = stages_on(prog, rank);
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         world.emplace(tpipe::mpi::communicator::world());
         barrier = [&world] {
@@ -297,7 +316,7 @@ result pipelined(const options& o, trainer& tr, Transport* over)
             return inputs.slice(0, u.row_begin, u.row_end).slice(1, u.token_begin, u.token_end);
         };
         io.output_grad = [&](const tpipe::unit& u, torch::Tensor&& logits) {
-            return loss_gradient(u, std::move(logits), targets, loss);
+            return loss_gradient(u, std::move(logits), targets, tr.tensor, loss);
         };
         tr.optimizer->zero_grad();
         runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
@@ -305,8 +324,9 @@ result pipelined(const options& o, trainer& tr, Transport* over)
         tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         // Each process holds and steps its own stage's parameters; only the last stage knows the
-        // loss, which is summed over the processes (no gradient crosses: nothing is replicated).
-        if constexpr (!local) tpipe::libtorch::sum_over_processes(pipe, {}, loss);
+        // loss, which is summed over the pipeline's processes (no gradient crosses: nothing is
+        // replicated; each tensor rank of the last stage has the whole loss).
+        if constexpr (!local) where.sum_loss(loss);
 #endif
         tr.optimizer->step();
         r.losses.push_back(loss);
@@ -318,27 +338,79 @@ result pipelined(const options& o, trainer& tr, Transport* over)
     return r;
 }
 
-#ifdef TPIPE_LIBTORCH_GPT_MPI
-//! The parameters of stage `s` (modules [cuts[s], cuts[s + 1]) of `model`), flattened in model order.
-std::vector<double> stage_weights(torch::nn::Sequential& model, const std::vector<std::size_t>& cuts, int s)
+//! The parameters of modules [begin, end) of `model` whole, flattened in model order.
+//! Collective over the tensor group (its ranks hold shares).
+std::vector<double> whole_weights(torch::nn::Sequential& model, std::size_t begin, std::size_t end)
 {
     std::vector<double> out;
-    for (std::size_t m = cuts[static_cast<std::size_t>(s)]; m < cuts[static_cast<std::size_t>(s) + 1]; ++m) {
-        const std::vector<double> w = flatten(*model->ptr(m));
-        out.insert(out.end(), w.begin(), w.end());
-    }
+    for (std::size_t m = begin; m < end; ++m)
+        for (const torch::Tensor& p : tpipe::libtorch::whole_parameters(*model->ptr(m))) {
+            const torch::Tensor d = p.to(torch::kDouble).contiguous();
+            out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+        }
     return out;
 }
 
+//! --tp T on threads: T pipelines, one per tensor rank, each with a loop per stage rank; the
+//! split layers of each stage rank sum over a thread group of its own (stage ranks run at once).
+//! Every rank's trainer is built on this thread first: make_gpt draws from libtorch's one
+//! global generator. Returns tensor rank 0's run, with the whole model's weights.
+result tensor_parallel_on_threads(const options& o)
+{
+    const auto t = static_cast<std::size_t>(o.tp);
+    const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
+    const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
+    const auto cuts = model_cuts(o, prog);
+    std::vector<tpipe::thread_group> groups;  // one per stage rank
+    for (int r = 0; r < o.stages; ++r) groups.emplace_back(o.tp);
+    std::vector<tpipe::thread_communicator> members;
+    members.reserve(t * static_cast<std::size_t>(o.stages));  // each blocking_group holds its member by reference
+    std::vector<std::unique_ptr<tpipe::blocking_group<tpipe::thread_communicator>>> sums;  // [k][r]
+    std::vector<std::unique_ptr<trainer>> ranks;
+    for (int k = 0; k < o.tp; ++k) {
+        for (auto& g : groups) {
+            members.push_back(g.member(k));
+            sums.push_back(std::make_unique<tpipe::blocking_group<tpipe::thread_communicator>>(members.back()));
+        }
+        ranks.push_back(std::make_unique<trainer>(o, nullptr, [&](std::size_t m) {
+            int s = 0;
+            while (m >= cuts[static_cast<std::size_t>(s) + 1]) ++s;
+            const int r = prog.stage_rank[static_cast<std::size_t>(s)];
+            return tpipe::libtorch::tensor_group(*sums[static_cast<std::size_t>(k * o.stages + r)]);
+        }));
+    }
+    std::vector<result> results(t);
+    std::vector<std::exception_ptr> errors(t);
+    {
+        std::vector<std::jthread> threads;
+        for (std::size_t k = 0; k < t; ++k)
+            threads.emplace_back([&, k] {
+                try {
+                    results[k] = pipelined<tpipe::local_transport>(o, *ranks[k], nullptr);
+                    results[k].weights = whole_weights(ranks[k]->model, 0, ranks[k]->model->size());
+                } catch (...) {
+                    errors[k] = std::current_exception();
+                }
+            });
+    }
+    for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    return results[0];
+}
+
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+
 //! checksum_of() every stage's parameters concatenated in stage order (= the model's module
-//! order), on process 0, which receives one stage at a time from the process that runs it.
+//! order), on process 0, which receives one stage at a time from the process that holds it
+//! (`owner(s)`).
 std::string checksum_over_processes(tpipe::mpi::communicator& world, const tpipe::program& prog,
-                                    const std::function<std::vector<double>(int)>& weights_of)
+                                    const std::function<std::vector<double>(int)>& weights_of,
+                                    const std::function<int(int)>& owner_of)
 {
     using tpipe::task;
     tpipe::state::checksum sum(tpipe::state::checksum_kind::fnv1a64);  // as checksum_of
     for (int s = 0; s < prog.stages(); ++s) {
-        const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+        const int owner = owner_of(s);
         if (owner == world.rank() && owner == 0) {
             sum.update(std::as_bytes(std::span<const double>(weights_of(s))));
         } else if (owner == world.rank()) {
@@ -363,14 +435,15 @@ std::string checksum_over_processes(tpipe::mpi::communicator& world, const tpipe
 }
 
 //! Every stage's parameters, flattened, concatenated in stage order, on every process: the
-//! process that runs each stage broadcasts it in turn.
+//! process that holds each stage (`owner(s)`) broadcasts it in turn.
 std::vector<double> gather_weights(tpipe::mpi::communicator& world, const tpipe::program& prog,
-                                   const std::function<std::vector<double>(int)>& weights_of)
+                                   const std::function<std::vector<double>(int)>& weights_of,
+                                   const std::function<int(int)>& owner_of)
 {
     using tpipe::task;
     std::vector<double> all;
     for (int s = 0; s < prog.stages(); ++s) {
-        const int owner = prog.stage_rank[static_cast<std::size_t>(s)];
+        const int owner = owner_of(s);
         std::vector<double> part = owner == world.rank() ? weights_of(s) : std::vector<double>{};
         auto n = static_cast<std::int64_t>(part.size());
         tpipe::sync_wait([](tpipe::mpi::communicator& c, std::int64_t& n, int root) -> task<void> {
@@ -392,33 +465,58 @@ result run(const options& o)
     result r;
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
-        tpipe::mpi::job job({.pipeline_ranks = o.stages});  // the layout, the transport, the communicators
+        // The layout, the transport, the communicators: o.tp x o.stages processes.
+        tpipe::mpi::job job({.tensor_ranks = o.tp, .pipeline_ranks = o.stages});
         job.set_watchdog(std::chrono::seconds(o.watchdog));  // a stopped process ends the job, named
-        if (job.single_process())  // a stage per process, in the flags' words
-            throw tpipe::invalid_argument("--transport mpi with --stages " + std::to_string(o.stages) + " needs " +
-                                          std::to_string(o.stages) + " processes, but the job has 1; launch it with mpirun -np " +
-                                          std::to_string(o.stages));
+        if (job.single_process()) {  // a process per stage and tensor rank, in the flags' words
+            const std::string tp = o.tp > 1 ? " --tp " + std::to_string(o.tp) : "";
+            throw tpipe::invalid_argument("--transport mpi with --stages " + std::to_string(o.stages) + tp + " needs " +
+                                          std::to_string(o.stages * o.tp) +
+                                          " processes, but the job has 1; launch it with mpirun -np " +
+                                          std::to_string(o.stages * o.tp));
+        }
         const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
         const tpipe::program prog = tpipe::make_schedule(o.schedule).program(tpipe::topology{.ranks = o.stages}, units);
         const auto cuts = model_cuts(o, prog);
-        const std::vector<int> mine = stages_on(prog, job.where().rank);
-        trainer tr(o, [&](std::size_t m) {  // its stages only
-            for (int s : mine)
-                if (m >= cuts[static_cast<std::size_t>(s)] && m < cuts[static_cast<std::size_t>(s) + 1]) return true;
-            return false;
-        });
-        r = pipelined(o, tr, &job.transport());
-        auto weights_of = [&](int s) { return stage_weights(tr.model, cuts, s); };
+        const int rank = job.where().rank;
+        const std::vector<int> mine = stages_on(prog, rank);
+        // A stage's split layers sum over its tensor group, blocking inside the stage's forward
+        // and backward (one process per tensor rank: each has its own loop).
+        tpipe::blocking_group<tpipe::mpi::communicator> tensor_sums(job.tensor());
+        trainer tr(
+            o,
+            [&](std::size_t m) {  // its stages only
+                for (int s : mine)
+                    if (m >= cuts[static_cast<std::size_t>(s)] && m < cuts[static_cast<std::size_t>(s) + 1]) return true;
+                return false;
+            },
+            [&](std::size_t) { return tpipe::libtorch::tensor_group(tensor_sums); });
+        placement where{.rank = rank, .sum_loss = [&job](double& loss) {
+                            tpipe::sync_wait([](tpipe::mpi::communicator& c, double& v) -> tpipe::task<void> {
+                                co_await c.all_reduce_sum(std::span<double>(&v, 1));
+                            }(job.pipeline(), loss));
+                        }};
+        r = pipelined(o, tr, &job.transport(), where);
+        std::map<int, std::vector<double>> held;  // its stages whole, gathered over the tensor group
+        for (int s : mine) held[s] = whole_weights(tr.model, cuts[static_cast<std::size_t>(s)], cuts[static_cast<std::size_t>(s) + 1]);
+        auto weights_of = [&](int s) { return held.at(s); };
+        auto owner_of = [&](int s) { return job.layout().process_of(0, prog.stage_rank[static_cast<std::size_t>(s)], 0); };
         auto& world = job.all();
         if (o.keep_weights) {  // every process gets the whole model: its checksum is at hand
-            r.weights = gather_weights(world, prog, weights_of);
+            r.weights = gather_weights(world, prog, weights_of, owner_of);
             r.weights_fnv = checksum_of(r.weights);
         } else {
-            r.weights_fnv = checksum_over_processes(world, prog, weights_of);
+            r.weights_fnv = checksum_over_processes(world, prog, weights_of, owner_of);
         }
 #else
         throw tpipe::invalid_argument("--transport mpi: built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
+        return r;
+    }
+    if (o.transport == "threads" && o.tp > 1) {
+        r = tensor_parallel_on_threads(o);
+        r.weights_fnv = checksum_of(r.weights);
+        if (!o.keep_weights) r.weights = {};
         return r;
     }
     trainer tr(o);

@@ -21,6 +21,8 @@ struct options {
     //! process per pipeline rank (inside an MPI environment).
     std::string transport = "threads";
     int stages = 2;
+    //! Tensor ranks per stage (Megatron's split, gpt.hpp): t x stages processes under MPI.
+    int tp = 1;
     std::string schedule = "1f1b";      //!< any runnable schedule of tpipe's registry
     std::string slicer = "microbatch:4";  //!< tpipe::scheme_from_spec
     int threads = 0;                    //!< libtorch intra-op threads per process (0: libtorch's default)
