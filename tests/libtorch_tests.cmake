@@ -91,6 +91,12 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
       set_tests_properties(libtorch_gpt_mpi_${schedule} PROPERTIES TIMEOUT 300 PROCESSORS 2
                            PASS_REGULAR_EXPRESSION "\"check_ok\":true")
     endforeach()
+    # --tp: Megatron's split of the libtorch GPT (tensor x pipeline), threads against MPI processes
+    # bitwise and each against plain libtorch (tests/libtorch/tensor_parallel.sh).
+    add_test(NAME libtorch_gpt_tensor_parallel
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/libtorch/tensor_parallel.sh $<TARGET_FILE:train_libtorch_gpt>
+                     ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+    set_tests_properties(libtorch_gpt_tensor_parallel PROPERTIES TIMEOUT 300 PROCESSORS 2)
     # --elastic over MPI (tpipe::mpi::elastic_driver): 3 processes, ending as 3 replicas of 1 stage.
     add_test(NAME libtorch_gpt_elastic_mpi
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 3 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>

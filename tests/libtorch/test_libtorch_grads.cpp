@@ -1,10 +1,14 @@
 // The libtorch adapter's gradients on stage threads: tied parameters (one tensor in two stages)
 // summed in stage order, a leaf outside a stage's list refused under split backward, and
 // check_token_slicing naming a stage not prepared for token slices; a checkpoint of parameters
-// and AdamW state resumed on another cut; batch_io against the plain loop.
+// and AdamW state resumed on another cut; batch_io against the plain loop; the tensor-parallel
+// layers against their torch::nn counterparts, on thread groups.
+#include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -14,6 +18,9 @@
 #include <catch2/catch.hpp>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/adapters/libtorch/tensor_parallel.hpp>
+#include <tpipe/comm/blocking_group.hpp>
+#include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
@@ -388,4 +395,162 @@ TEST_CASE("batch_io refuses a batch that does not fit its units or its loss, nam
                               return torch::nn::functional::mse_loss(y, z, torch::nn::functional::MSELossFuncOptions(torch::kNone));
                           }),
                       Catch::Contains("the loss returned a tensor of shape [2, 6, 3]; it must return the unit's mean"));
+}
+
+namespace tensor_parallel_test {
+
+namespace F = torch::nn::functional;
+namespace tp = tpipe::libtorch;
+constexpr std::int64_t vocab = 48, width = 16, rows = 3, tokens = 5;
+
+//! The whole model: embedding, a column- then row-parallel MLP, a head, the loss (summed).
+struct whole {
+    torch::nn::Embedding embedding{nullptr};
+    torch::nn::Linear up{nullptr}, down{nullptr}, head{nullptr}, qkv{nullptr};
+    whole()
+    {
+        torch::manual_seed(11);
+        embedding = torch::nn::Embedding(vocab, width);
+        up = torch::nn::Linear(width, 4 * width);
+        down = torch::nn::Linear(4 * width, width);
+        head = torch::nn::Linear(torch::nn::LinearOptions(width, vocab).bias(false));
+        qkv = torch::nn::Linear(width, 3 * width);
+    }
+    std::vector<torch::Tensor> parameters() const
+    {
+        return {embedding->weight, up->weight, up->bias, down->weight, down->bias, head->weight, qkv->weight, qkv->bias};
+    }
+    torch::Tensor loss(const torch::Tensor& ids, const torch::Tensor& targets)
+    {
+        auto y = head(down(F::gelu(up(embedding(ids)))));
+        return F::cross_entropy(y.reshape({-1, vocab}), targets.reshape({-1}), F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    }
+};
+
+//! The same model split over a tensor group, drawn in the same order from the same seed.
+struct split : torch::nn::Module {
+    tp::VocabParallelEmbedding embedding{nullptr};
+    tp::ColumnParallelLinear up{nullptr}, head{nullptr}, qkv{nullptr};
+    tp::RowParallelLinear down{nullptr};
+    explicit split(const tp::tensor_group& g)
+    {
+        torch::manual_seed(11);
+        embedding = register_module("embedding", tp::VocabParallelEmbedding(vocab, width, g));
+        up = register_module("up", tp::ColumnParallelLinear(width, 4 * width, g));
+        down = register_module("down", tp::RowParallelLinear(4 * width, width, g));
+        head = register_module("head", tp::ColumnParallelLinear(width, vocab, g, tp::ColumnParallelLinearOptions{.bias = false}));
+        qkv = register_module("qkv", tp::ColumnParallelLinear(width, 3 * width, g, tp::ColumnParallelLinearOptions{.blocks = 3}));
+    }
+    torch::Tensor loss(const torch::Tensor& ids, const torch::Tensor& targets, const tp::tensor_group& g)
+    {
+        return tp::vocab_parallel_cross_entropy(head(down(F::gelu(up(embedding(ids))))), targets, g, at::Reduction::Sum);
+    }
+};
+
+//! Largest |a - b| over the tensors.
+double max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b)
+{
+    REQUIRE(a.size() == b.size());
+    double most = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        REQUIRE(a[i].sizes() == b[i].sizes());
+        most = std::max(most, (a[i] - b[i]).abs().max().item<double>());
+    }
+    return most;
+}
+
+void sgd_step(const std::vector<torch::Tensor>& ps)
+{
+    torch::NoGradGuard no_grad;
+    for (const auto& p : ps)
+        if (p.grad().defined()) p.sub_(0.5 * p.grad());
+}
+
+} // namespace tensor_parallel_test
+
+TEST_CASE("tensor-parallel layers over a group of one are their torch::nn counterparts, bit for bit",
+          "[libtorch][tensor]")
+{
+    using namespace tensor_parallel_test;
+    whole w;
+    split s{tp::tensor_group{}};
+    const auto ws = w.parameters();
+    const auto ss = tp::whole_parameters(s);
+    REQUIRE(ss.size() == ws.size());
+    for (std::size_t i = 0; i < ws.size(); ++i) CHECK(torch::equal(ss[i], ws[i]));
+    torch::manual_seed(3);
+    const auto ids = torch::randint(vocab, {rows, tokens}, torch::kLong);
+    const auto targets = torch::randint(vocab, {rows, tokens}, torch::kLong);
+    CHECK(torch::equal(w.loss(ids, targets), s.loss(ids, targets, tp::tensor_group{})));
+}
+
+TEST_CASE("at 2 and 4 tensor ranks on threads, the split model's loss and SGD step equal the whole model's "
+          "within float32 rounding; whole_parameters gathers the shares",
+          "[libtorch][tensor]")
+{
+    using namespace tensor_parallel_test;
+    const int t = GENERATE(2, 4);
+    torch::manual_seed(3);
+    const auto ids = torch::randint(vocab, {rows, tokens}, torch::kLong);
+    const auto targets = torch::randint(vocab, {rows, tokens}, torch::kLong);
+    whole w;
+    const std::vector<torch::Tensor> initial = [&] {
+        std::vector<torch::Tensor> c;
+        for (const auto& p : w.parameters()) c.push_back(p.detach().clone());
+        return c;
+    }();
+    const double reference_loss = [&] {
+        auto l = w.loss(ids, targets);
+        l.backward();
+        sgd_step(w.parameters());
+        return l.item<double>();
+    }();
+
+    tpipe::thread_group group(t);
+    std::vector<tpipe::thread_communicator> members;
+    std::vector<std::unique_ptr<tpipe::blocking_group<tpipe::thread_communicator>>> sums;
+    std::vector<tp::tensor_group> groups;
+    std::vector<std::unique_ptr<split>> ranks;
+    members.reserve(static_cast<std::size_t>(t));
+    for (int k = 0; k < t; ++k) {  // built here, one after another: the draws use one global generator
+        members.push_back(group.member(k));
+        sums.push_back(std::make_unique<tpipe::blocking_group<tpipe::thread_communicator>>(members.back()));
+        groups.emplace_back(*sums.back());
+        ranks.push_back(std::make_unique<split>(groups.back()));
+    }
+    std::vector<double> losses(static_cast<std::size_t>(t));
+    std::vector<std::vector<torch::Tensor>> before(static_cast<std::size_t>(t)), after(static_cast<std::size_t>(t));
+    {
+        std::vector<std::jthread> threads;
+        for (int k = 0; k < t; ++k)
+            threads.emplace_back([&, k] {
+                const auto i = static_cast<std::size_t>(k);
+                before[i] = tp::whole_parameters(*ranks[i]);
+                auto l = ranks[i]->loss(ids, targets, groups[i]);
+                l.backward();
+                sgd_step(ranks[i]->parameters());
+                losses[i] = l.item<double>();
+                after[i] = tp::whole_parameters(*ranks[i]);
+            });
+    }
+    for (int k = 0; k < t; ++k) {
+        const auto i = static_cast<std::size_t>(k);
+        INFO("t = " << t << ", tensor rank " << k);
+        CHECK(max_difference(before[i], initial) == 0);  // the shares of the whole draws, gathered exactly
+        CHECK(losses[i] == Approx(reference_loss).epsilon(1e-6));
+        CHECK(max_difference(after[i], w.parameters()) < 1e-5);  // summed in another order only
+        CHECK(max_difference(after[i], after[0]) == 0);          // every rank gathers the same bits
+    }
+}
+
+TEST_CASE("a tensor-parallel layer refuses sizes its group does not divide, naming them", "[libtorch][tensor]")
+{
+    const tpipe::libtorch::tensor_group four(1, 4, [](std::span<float>) {});
+    CHECK_THROWS_WITH(tpipe::libtorch::VocabParallelEmbedding(50, 8, four),
+                      "tensor parallelism over 4 ranks: the vocabulary (50) is not divisible by 4; use a tensor size "
+                      "that divides it");
+    CHECK_THROWS_WITH(tpipe::libtorch::ColumnParallelLinear(8, 18, four, tpipe::libtorch::ColumnParallelLinearOptions{.blocks = 3}),
+                      Catch::Contains("output features per block (6) is not divisible by 4"));
+    CHECK_THROWS_WITH(tpipe::libtorch::RowParallelLinear(6, 8, four), Catch::Contains("input features (6) is not divisible by 4"));
+    CHECK_THROWS_WITH(tpipe::libtorch::tensor_group(4, 4, [](std::span<float>) {}), Catch::Contains("rank 4 of 4 ranks"));
 }

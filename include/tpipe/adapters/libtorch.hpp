@@ -42,6 +42,9 @@
 // - elastic training (PipeTransformer): freezable_sequential makes a Sequential the model of
 //   tpipe's elastic drivers (libtorch/freezable_sequential.hpp); measure_units gives the
 //   planner its modules' times (libtorch/unit_times.hpp).
+// - tensor parallelism (Megatron's split inside a stage): ColumnParallelLinear,
+//   RowParallelLinear, VocabParallelEmbedding and vocab_parallel_cross_entropy over a
+//   tensor_group (libtorch/tensor_parallel.hpp).
 // - OpenBLAS's own thread pool is limited to one thread when the first stage runs, unless
 //   OPENBLAS_NUM_THREADS is set (libtorch/blas_threads.hpp).
 //
@@ -57,5 +60,6 @@
 #include "tpipe/adapters/libtorch/module_stage.hpp"
 #include "tpipe/adapters/libtorch/slicing_check.hpp"
 #include "tpipe/adapters/libtorch/tensor_payload.hpp"
+#include "tpipe/adapters/libtorch/tensor_parallel.hpp"
 #include "tpipe/adapters/libtorch/tensor_spec.hpp"
 #include "tpipe/adapters/libtorch/unit_times.hpp"
