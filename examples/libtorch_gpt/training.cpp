@@ -322,12 +322,10 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
         runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
         // [/snippet]
         tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
-#ifdef TPIPE_LIBTORCH_GPT_MPI
         // Each process holds and steps its own stage's parameters; only the last stage knows the
         // loss, which is summed over the pipeline's processes (no gradient crosses: nothing is
         // replicated; each tensor rank of the last stage has the whole loss).
         if constexpr (!local) where.sum_loss(loss);
-#endif
         tr.optimizer->step();
         r.losses.push_back(loss);
         saves.after_step(step + 1, pipe, mine, *tr.optimizer, tr.data, tr.cfg);
