@@ -48,6 +48,9 @@ const char* usage_text =
     "  --tp T            tensor-parallel ranks per stage (Megatron's split: each holds 1/T of the heads and of\n"
     "                    the MLP, and the stage sums its partial products over them): on threads, T*P*D loops,\n"
     "                    or over MPI processes: mpirun -np T*P*D train_gpt --transport mpi --tp T ... (default 1)\n"
+    "  --scatter-gather  with --tp: Megatron's scatter/gather between stages: tensor rank k sends 1/T of each\n"
+    "                    boundary activation and gradient (they are the same on every tensor rank), and the\n"
+    "                    receiving stage all-gathers them over its tensor group; bitwise the same training\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
@@ -150,6 +153,7 @@ options parse(int argc, char** argv)
     o.threads = r.number("--threads", o.threads, 1, most);
     o.dp = r.number("--dp", o.dp, 1, most);
     o.tp = r.number("--tp", o.tp, 1, most);
+    o.scatter_gather = r.flag("--scatter-gather");
     o.transport = r.text("--transport", o.transport);
     o.device = r.text("--device", o.device);
     o.precision = r.text("--precision", o.precision);
@@ -240,6 +244,7 @@ options parse(int argc, char** argv)
     r.applies_only({"--plan-from"}, !o.el.plan_from.empty(), "needs a file name, got an empty one");
     r.applies_only({"--plan-from"}, !r.given("--resume"),
                    "does not go with --resume (a resumed run plans from the unit times its checkpoint saved)");
+    r.applies_only({"--scatter-gather"}, o.tp > 1, "applies with --tp > 1 (it splits what the tensor ranks share)");
     if (o.tp > 1) {  // what a tensor-parallel run composes with today (docs/tensor_parallel.md)
         r.applies_only({"--save", "--resume"}, o.transport == "mpi",
                        "with --tp > 1 needs --transport mpi: a tensor-parallel checkpoint is one file per tensor "

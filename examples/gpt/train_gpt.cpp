@@ -92,14 +92,17 @@ gpt::batch concatenate(const std::vector<gpt::batch>& parts)
 
 //! The memory model's (tpipe/plan/memory_model.hpp) peak for this process: per stage here, fp32
 //! weights and gradients, AdamW's two moments and its one-byte decay flag (17 B a parameter; the
-//! last 9 divided by D with --shard-optimizer) and
-//! every unit's activations alive at once, plus a fixed floor: the peak RSS of train_gpt with a
-//! negligible model (binary, libraries, allocator, thread stacks, BLAS buffers; MPI's too under
-//! --transport mpi), measured in docs/memory.md.
+//! last 9 divided by D with --shard-optimizer) and the activations its schedule keeps alive at
+//! its peak (memory_model::peak_alive_bytes over the stage's actions in `prog`), plus a fixed
+//! floor: the peak RSS of train_gpt with a negligible model (binary, libraries, allocator, thread
+//! stacks, BLAS buffers; MPI's too under --transport mpi), measured in docs/memory.md.
 double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<replica>>& reps,
-                            const tpipe::scheme& units)
+                            const tpipe::scheme& units, const tpipe::program& prog)
 {
-    const double floor_bytes = (o.transport == "mpi" ? 17.0 : 10.0) * (1 << 20);
+    // Under MPI each further process of the job adds its shared-memory segments (Open MPI 4.1's
+    // vader): 21.5 MiB for process 0 of 2 processes, 28 MiB of 4 (docs/tensor_parallel.md).
+    const int processes = o.tp * o.stages * o.dp;
+    const double floor_bytes = (o.transport == "mpi" ? 17.0 + 3.5 * (processes - 1) : 10.0) * (1 << 20);
     const tpipe::transformer_shape shape{.layers = o.cfg.layers, .hidden = o.cfg.d_model, .heads = o.cfg.heads,
                                          .vocab = o.cfg.vocab};
     double bytes = floor_bytes;
@@ -118,7 +121,10 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
                                      .input_bytes = 4};
             const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), o.tp, o.cfg.seq_len, mo);
-            bytes += m.static_bytes() + m.all_alive_bytes(units);
+            std::vector<tpipe::action> mine;  // stage s's computes, in its rank's order
+            for (const auto& a : prog.actions[static_cast<std::size_t>(prog.stage_rank[static_cast<std::size_t>(s)])])
+                if (a.stage == s) mine.push_back(a);
+            bytes += m.static_bytes() + m.peak_alive_bytes(units, mine);
         }
     return bytes;
 }
@@ -158,7 +164,7 @@ int train_on_cuda(const options& o, const std::string& text)
     f.add("--heads", o.cfg.heads).add("--seq-len", o.cfg.seq_len).add("--untied", !o.cfg.tied).add("--batch", o.batch);
     f.add("--steps", o.steps).add("--steps given", o.steps_given).add("--lr", o.lr).add("--seed", o.seed);
     f.add("--watchdog", o.watchdog).add("--stages", o.stages).add("--schedule", o.schedule).add("--virtual", o.virtual_stages);
-    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--tp", o.tp).add("--device", o.device);
+    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--tp", o.tp).add("--scatter-gather", o.scatter_gather).add("--device", o.device);
     f.add("--precision", o.precision).add("--check", o.check).add("--check-tol", o.check_tol);
     f.add("--elastic", o.elastic).add("--devices", o.el.opts.devices).add("--alpha", o.el.opts.alpha);
     f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
@@ -489,7 +495,7 @@ int train(const options& o)
                     r->tensor_members.push_back(tensor_groups[static_cast<std::size_t>(r->index * (stages + 1) + s)]->member(r->tensor_rank));
                 for (int s = 0; s < stages; ++s) {
                     r->tensor_sums.push_back(std::make_unique<replica::tensor_sum>(r->tensor_members[static_cast<std::size_t>(s)]));
-                    r->model->part_at(s).set_tensor_sum([g = r->tensor_sums.back().get()](std::span<float> v) { g->all_reduce_sum(v); });
+                    r->join_tensor_group(s, stages, *r->tensor_sums.back());
                 }
                 // A loop per rank of its own: a stage blocked in its group's sum must not hold the loop
                 // another pipeline's rank needs (docs/runtime.md, "Three axes").
@@ -685,7 +691,7 @@ int train(const options& o)
                                 {"replicas_identical", replicas_identical},
                                 {"weights_fnv", weights_fnv},
                                 {"recompute", o.recompute},
-                                {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units)},
+                                {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units, prog)},
                                 {"units", describe(units)}};
 #ifdef TPIPE_GPT_MPI
     if (mpi && o.tp > 1 && steps_run > 0) {
@@ -703,10 +709,29 @@ int train(const options& o)
                 if (h.first) floats += redo * N * d;
                 if (h.last) floats += N * d + N * (o.tp + 2);
             }
+        // --scatter-gather: a stage all-gathers its input (not stage 0) forward and its output's
+        // gradient (not the last stage) backward, N x d_model each; a ring all-gather sends
+        // (T - 1) / T of them.
+        double gathered = 0;
+        if (o.scatter_gather)
+            for (int s = 0; s < stages; ++s)
+                if (reps.front()->state->holds(s)) gathered += ((s > 0) + (s + 1 < stages)) * N * d;
         summary["tensor_bytes_sent_per_step"] = static_cast<double>(mpi->tensor_bytes_sent()) / steps_run;
-        summary["tensor_bytes_closed_form"] = floats * sizeof(float) * 2.0 * (o.tp - 1) / o.tp;
+        summary["tensor_bytes_closed_form"] =
+            (floats * 2.0 + gathered) * sizeof(float) * (o.tp - 1) / o.tp;
     }
 #endif
+    if (o.tp > 1 && steps_run > 0) {
+        // What this process's stages (tensor rank 0's on threads) handed the pipeline per step,
+        // beside the closed form: a stage sends its output (not the last) and its input's
+        // gradient (not stage 0), N x d_model floats each, 1/T of them with --scatter-gather.
+        const double N = double(o.batch) * o.cfg.seq_len, d = o.cfg.d_model;
+        double floats = 0;
+        for (int s = 0; s < stages; ++s)
+            if (reps.front()->state->holds(s)) floats += ((s > 0) + (s + 1 < stages)) * N * d;
+        summary["pipeline_bytes_sent_per_step"] = static_cast<double>(reps.front()->pipeline_bytes_sent()) / steps_run;
+        summary["pipeline_bytes_closed_form"] = floats * sizeof(float) / (o.scatter_gather ? o.tp : 1);
+    }
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;
         summary["measured_over_planned"] = median_iter / planned_T;

@@ -63,6 +63,31 @@ struct replica {
     std::vector<tpipe::thread_communicator> tensor_members;  // --tp on threads: one per stage, and the clip's
     std::vector<std::unique_ptr<tensor_sum>> tensor_sums;
 
+    //! Stage s of this tensor rank sums its partial products over `group` (a tpipe::blocking_group
+    //! of its tensor group, on threads or over MPI), and with --scatter-gather splits what crosses
+    //! its boundaries and gathers it there (gpt::boundary_split).
+    template <class Group>
+    void join_tensor_group(int s, int stages, Group& group)
+    {
+        model->part_at(s).set_tensor_sum([&group](std::span<float> v) { group.all_reduce_sum(v); });
+        if (o->scatter_gather)
+            model->pipe().stage(static_cast<std::size_t>(s)).split = gpt::boundary_split<float>{
+                .all_gather = [&group](std::span<float> v) { group.all_gather(v); },
+                .rank = tensor_rank,
+                .ranks = o->tp,
+                .gathers_input = s > 0,
+                .scatters_output = s + 1 < stages,
+                .width = o->cfg.d_model};
+    }
+    //! Bytes this replica's stages here handed the pipeline (outputs and input gradients) so far.
+    std::uint64_t pipeline_bytes_sent()
+    {
+        std::uint64_t n = 0;
+        for (int s = 0; s < model->stages(); ++s)
+            if (model->has_part(s)) n += model->pipe().stage(static_cast<std::size_t>(s)).bytes_sent;
+        return n;
+    }
+
     //! Every replica starts from the same weights (same seed); each draws its own batches.
     replica(const options& opts, int d, int k = 0) : index(d), o(&opts), tensor_rank(k) {}
 
@@ -259,8 +284,7 @@ public:
         sharded_ = sharded && D_ > 1;
         if (tensor_)  // this rank's stages sum their partial products over the tensor group, in program order
             for (int s = 0; s < prog.stages(); ++s)
-                if (r.model->has_part(s))
-                    r.model->part_at(s).set_tensor_sum([g = tensor_.get()](std::span<float> v) { g->all_reduce_sum(v); });
+                if (r.model->has_part(s)) r.join_tensor_group(s, prog.stages(), *tensor_);
         runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
     }
 

@@ -2,8 +2,11 @@
 # The reference GPT with tensor-parallel stages (--tp T) over MPI processes, T x P x D of them:
 # - every configuration passes --check against the non-pipelined model at T = 1 (step 1's loss
 #   and gradients within 1e-5, the loss curve and final weights within --check-tol), its replicas
-#   stay bitwise identical, and its tensor communicator sends the closed form's bytes;
+#   stay bitwise identical, and its tensor communicator sends the closed form's bytes, as do
+#   its stages to the pipeline;
 # - --shard-optimizer is bitwise the replicated optimizer;
+# - --scatter-gather (1/T of each boundary activation crosses the pipeline, all-gathered after)
+#   is bitwise the run without it, and sends half the pipeline bytes at T = 2;
 # - T = 1 and T = 2 of the same pipeline train to losses within 1e-5;
 # - a checkpoint saved at T = 2 resumes at T = 1 and T = 4;
 # - what --tp does not run yet is refused, naming the flag.
@@ -16,21 +19,25 @@ common="--layers 4 --d-model 32 --heads 4 --seq-len 32 --batch 4 --steps 3 --thr
 summary() { grep '"summary"' | tail -1 | python3 -c '
 import json, sys
 d = json.loads(sys.stdin.read())
-sent, closed = d.get("tensor_bytes_sent_per_step"), d.get("tensor_bytes_closed_form")
-bytes_ok = "bytes=" if sent is None or sent == closed else f"bytes:{sent}!={closed}"
-print(repr(d["last_loss"]), d["weights_fnv"], bytes_ok, d["check_ok"], d["replicas_identical"])'; }
+bytes_ok = "bytes="
+for what in ("tensor", "pipeline"):
+    sent, closed = d.get(what + "_bytes_sent_per_step"), d.get(what + "_bytes_closed_form")
+    if sent != closed: bytes_ok = f"{what}_bytes:{sent}!={closed}"
+print(repr(d["last_loss"]), d["weights_fnv"], bytes_ok, d["check_ok"], d["replicas_identical"], d.get("pipeline_bytes_sent_per_step"))'; }
 status=0
-declare -A loss fnv
+declare -A loss fnv pipe_bytes
 while read -r np cfg; do
   got=$(timeout 300 "$mpiexec" -np "$np" $flags "$gpt" $common $cfg </dev/null 2>&1 | summary)
   verdict=ok
-  [[ "$got" == *"bytes= True True" ]] || { verdict=FAIL; status=1; }
+  [[ "$got" == *"bytes= True True"* ]] || { verdict=FAIL; status=1; }
   loss["$np $cfg"]=${got%% *}
   fnv["$np $cfg"]=$(echo "$got" | cut -d' ' -f2)
+  pipe_bytes["$np $cfg"]=$(echo "$got" | cut -d' ' -f6)
   echo "$verdict  np $np $cfg: [$got]"
 done <<'CONFIGS'
 2 --tp 2 --stages 1 --slicer microbatch:2
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
+4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16 --scatter-gather
 4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2
 4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer
 4 --tp 4 --stages 1 --schedule 1f1b --slicer tokens:16,16
@@ -46,6 +53,12 @@ ok = abs(a - b) / abs(b) < 1e-5
 print(("ok" if ok else "FAIL") + f"  t = 2 vs t = 1 last loss: {a!r} vs {b!r}")
 sys.exit(0 if ok else 1)
 PY
+# Megatron's scatter/gather between stages: the same weights, half the pipeline bytes at t = 2.
+plain="4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16"
+a=${fnv[$plain]} b=${fnv[$plain --scatter-gather]} pa=${pipe_bytes[$plain]} pb=${pipe_bytes[$plain --scatter-gather]}
+if [ -n "$a" ] && [ "$a" = "$b" ] && python3 -c "import sys; sys.exit(0 if 2 * float('$pb') == float('$pa') else 1)"; then
+  echo "ok  --scatter-gather at t = 2 x K = 2: weights $b, as without it; pipeline bytes per step $pb, without it $pa"
+else echo "FAIL  --scatter-gather at t = 2 x K = 2: weights $b (without: $a), pipeline bytes $pb (without: $pa)"; status=1; fi
 # ZeRO-1 over the data group of each tensor rank: bitwise the replicated optimizer's weights.
 a=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2]} b=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer]}
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok  --shard-optimizer at t = 2 x d = 2: weights $b, as without it"

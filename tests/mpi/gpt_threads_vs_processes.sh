@@ -27,6 +27,7 @@ done <<'CONFIGS'
 4 --stages 4 --schedule zb-h1 --recompute
 6 --stages 2 --dp 3 --schedule interleaved --shard-optimizer
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
+4 --tp 2 --stages 2 --schedule zb-h1 --slicer microbatch:2 --scatter-gather
 4 --tp 2 --dp 2 --stages 1 --schedule 1f1b --slicer microbatch:2 --shard-optimizer
 CONFIGS
 exit $status

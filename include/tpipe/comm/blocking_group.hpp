@@ -22,6 +22,7 @@
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/comm/communicator.hpp"
+#include "tpipe/comm/reduce_scatter_communicator.hpp"
 
 namespace tpipe {
 
@@ -51,6 +52,15 @@ public:
     void all_reduce_sum(std::span<T> values)
     {
         call([this, values]() -> task<void> { co_await comm_->all_reduce_sum(values); });
+    }
+
+    //! Every member's ring segment s of `values` (tpipe::ring_segment) copied into segment s
+    //! everywhere, in place; for communicators that can (tpipe::reduce_scatter_communicator).
+    template <reducible T>
+    void all_gather(std::span<T> values)
+        requires reduce_scatter_communicator<Comm>
+    {
+        call([this, values]() -> task<void> { co_await comm_->all_gather(values); });
     }
 
 private:

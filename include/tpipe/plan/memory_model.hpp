@@ -38,6 +38,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/plan/analytic_latency.hpp"
+#include "tpipe/schedule/action.hpp"
 #include "tpipe/slice/scheme.hpp"
 
 namespace tpipe {
@@ -151,6 +152,36 @@ public:
             if (opt_.recompute) transient = std::max(transient, full_unit_bytes(u.rows(), u.tokens(), u.context()));
         }
         return bytes + largest + transient;
+    }
+
+    //! Activation bytes at the peak of one stage running `actions`, its compute actions in
+    //! execution order (a rank's list filtered to the stage, or a simulation's events of one
+    //! rank), where all_alive_bytes assumes every unit alive: a unit's activations live from its
+    //! F to its B, or to its W under the split backward (I frees nothing: the weight gradient
+    //! reads them); a microbatch's K/V from its first F to its last backward, and its K/V
+    //! gradient from its first backward on. With recompute, a unit's backward holds its full
+    //! activations again while it runs.
+    double peak_alive_bytes(const scheme& units, const std::vector<action>& actions) const
+    {
+        std::vector<int> forwards(static_cast<std::size_t>(units.microbatches()), 0), backwards = forwards;
+        double bytes = 0, peak = 0;
+        for (const action& a : actions) {
+            if (!is_compute(a.kind) || a.kind == op::I) continue;
+            const unit u = units.at(a.microbatch, a.slice);
+            const auto m = static_cast<std::size_t>(a.microbatch);
+            const double kv = kv_bytes(u.rows()), own = unit_bytes(u.rows(), u.tokens(), u.context());
+            if (a.kind == op::F) {
+                bytes += own + (forwards[m]++ == 0 ? kv : 0);
+            } else {
+                if (backwards[m]++ == 0) bytes += kv;  // its K/V gradient
+                const double again = opt_.recompute ? full_unit_bytes(u.rows(), u.tokens(), u.context()) : 0;
+                peak = std::max(peak, bytes + again);
+                bytes -= own;
+                if (backwards[m] == units.slices(a.microbatch)) bytes -= 2 * kv;
+            }
+            peak = std::max(peak, bytes);
+        }
+        return peak;
     }
 
     //! The least all_alive_bytes of any plan of `batch` rows at granularity g: microbatches of

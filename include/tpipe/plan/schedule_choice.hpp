@@ -36,32 +36,14 @@ struct schedule_choice {
     ranked_cuts ranking;                    //!< how the near-optimal set was found (its plans moved out)
 };
 
-//! Per rank, the most activation bytes alive at once in a simulated run of one stage per rank:
-//! a unit's saved activations from its forward to its (last) backward, as the simulator counts
-//! peak_activations, plus each microbatch's K/V from its first forward to its last backward
-//! and one K/V gradient while its backward runs.
+//! Per rank, the most activation bytes alive at once in a simulated run of one stage per rank
+//! (memory_model::peak_alive_bytes over each rank's events in order).
 inline std::vector<double> peak_activation_bytes(const simulation& sim, const scheme& units, const memory_model& mem)
 {
-    std::vector<double> live(sim.ranks, 0), peak(sim.ranks, 0);
-    std::vector<std::vector<int>> forwards(sim.ranks, std::vector<int>(units.microbatches(), 0));
-    std::vector<std::vector<int>> backwards = forwards;
-    for (const auto& e : sim.events) {
-        const action& a = e.what;
-        if (!is_compute(a.kind) || a.kind == op::I) continue; // I+W: the unit is freed at its W
-        const unit u = units.at(a.microbatch, a.slice);
-        const int m = a.microbatch, slices = units.slices(m);
-        double& bytes = live[e.rank];
-        const double kv = mem.kv_bytes(u.rows());
-        if (a.kind == op::F) {
-            bytes += mem.unit_bytes(u.rows(), u.tokens(), u.context()) + (forwards[e.rank][m]++ == 0 ? kv : 0);
-        } else {
-            if (backwards[e.rank][m]++ == 0) bytes += kv; // its K/V gradient
-            peak[e.rank] = std::max(peak[e.rank], bytes);
-            bytes -= mem.unit_bytes(u.rows(), u.tokens(), u.context());
-            if (backwards[e.rank][m] == slices) bytes -= 2 * kv;
-        }
-        peak[e.rank] = std::max(peak[e.rank], bytes);
-    }
+    std::vector<std::vector<action>> of_rank(static_cast<std::size_t>(sim.ranks));
+    for (const auto& e : sim.events) of_rank[static_cast<std::size_t>(e.rank)].push_back(e.what);
+    std::vector<double> peak;
+    for (const auto& actions : of_rank) peak.push_back(mem.peak_alive_bytes(units, actions));
     return peak;
 }
 

@@ -2,6 +2,8 @@
 // The reference GPT as tpipe stages: a model cut into contiguous parts, each part a stage
 // functor (forward, backward, and the split backward_input/backward_weight for zero-bubble
 // schedules), run by tpipe::run on CPU threads.
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include <tpipe/comm/reduction_order.hpp>
 #include <tpipe/exec/gradients.hpp>
 #include <tpipe/exec/payload_traits.hpp>
 #include <tpipe/exec/run.hpp>
@@ -37,19 +40,81 @@ struct tpipe::payload_traits<gpt::activation<T>> {
 
 namespace gpt {
 
+//! Megatron's scatter/gather between tensor-parallel stages (train_gpt --scatter-gather). At a
+//! stage boundary the activation and its gradient are the same on every tensor rank (each
+//! follows a group sum), so tensor rank k sends only ring segment k of them
+//! (tpipe::ring_segment) to rank k of the next (or previous) stage, and the receiver all-gathers
+//! the segments over its tensor group: 1/t of the bytes cross the pipeline, and (t - 1)/t of
+//! them cross the tensor group instead, where links are fast (NVLink within a node). Exact: the
+//! gathered values are the sent bits.
+template <class T>
+struct boundary_split {
+    std::function<void(std::span<T>)> all_gather;  //!< over the stage's tensor group
+    int rank = 0, ranks = 1;                       //!< this tensor rank, of ranks
+    bool gathers_input = false;    //!< not stage 0: its input (and its input's gradient) are split
+    bool scatters_output = false;  //!< not the last stage: its output (and its gradient) are split
+    std::int64_t width = 0;        //!< values per token (d_model)
+
+    //! Ring segment `rank` of a whole activation.
+    activation<T> scatter(activation<T> a) const
+    {
+        const auto seg = tpipe::ring_segment(a.data.size(), ranks, rank);
+        a.data.erase(a.data.begin() + static_cast<std::ptrdiff_t>(seg.begin + seg.size), a.data.end());
+        a.data.erase(a.data.begin(), a.data.begin() + static_cast<std::ptrdiff_t>(seg.begin));
+        return a;
+    }
+    //! The whole activation from this rank's segment and the group's.
+    activation<T> gather(activation<T> a) const
+    {
+        const auto n = static_cast<std::size_t>(a.rows * a.tokens * width);
+        const auto seg = tpipe::ring_segment(n, ranks, rank);
+        if (a.data.size() != seg.size)
+            throw std::invalid_argument("scatter/gather: tensor rank " + std::to_string(rank) + " received " +
+                                        std::to_string(a.data.size()) + " values, its segment of " +
+                                        std::to_string(a.rows) + " x " + std::to_string(a.tokens) + " x " +
+                                        std::to_string(width) + " is " + std::to_string(seg.size));
+        std::vector<T> whole(n);
+        std::copy(a.data.begin(), a.data.end(), whole.begin() + static_cast<std::ptrdiff_t>(seg.begin));
+        all_gather(std::span<T>(whole));
+        a.data = std::move(whole);
+        return a;
+    }
+};
+
 //! One pipeline stage: a view of a `part` (the part keeps the caches and saved activations).
 template <class T>
 struct stage {
     using input = activation<T>;
     using output = activation<T>;
     part<T>* p = nullptr;
+    std::optional<boundary_split<T>> split{};  //!< --scatter-gather
+    std::uint64_t bytes_sent = 0;            //!< what this stage handed the pipeline: outputs and input gradients
 
-    output forward(const tpipe::unit& u, input x) { return p->forward(u, std::move(x)); }
-    input backward(const tpipe::unit& u, output g) { return p->backward(u, std::move(g)); }
-    input backward_input(const tpipe::unit& u, output g) { return p->backward_input(u, std::move(g)); }
+    output forward(const tpipe::unit& u, input x)
+    {
+        if (split && split->gathers_input) x = split->gather(std::move(x));
+        output y = p->forward(u, std::move(x));
+        if (split && split->scatters_output) y = split->scatter(std::move(y));
+        bytes_sent += y.data.size() * sizeof(T);
+        return y;
+    }
+    input backward(const tpipe::unit& u, output g) { return sent(in_split(p->backward(u, out_split(std::move(g))))); }
+    input backward_input(const tpipe::unit& u, output g)
+    {
+        return sent(in_split(p->backward_input(u, out_split(std::move(g)))));
+    }
     void backward_weight(const tpipe::unit& u) { p->backward_weight(u); }
     //! The part's parameter gradients (for tpipe::data_parallel).
     std::vector<std::span<T>> gradients() { return p->gradients(); }
+
+private:
+    output out_split(output g) const { return split && split->scatters_output ? split->gather(std::move(g)) : g; }
+    input in_split(input g) const { return split && split->gathers_input ? split->scatter(std::move(g)) : g; }
+    input sent(input g)
+    {
+        bytes_sent += g.data.size() * sizeof(T);
+        return g;
+    }
 };
 static_assert(tpipe::split_backward_stage<stage<float>> && tpipe::exposes_gradients<stage<float>> &&
               tpipe::byte_payload<activation<float>>);
@@ -180,7 +245,7 @@ private:
             parts_.push_back(p ? std::make_unique<part<T>>(*p, layer_cuts[i], layer_cuts[i + 1], i == 0 && frozen_ == 0,
                                                            i + 1 == stages, threads_per_part)
                                : nullptr);
-            views.push_back(stage<T>{parts_.back().get()});
+            views.push_back(stage<T>{.p = parts_.back().get()});
         }
         stage_params_ = std::move(each);
         pipe_.emplace(std::move(views));
