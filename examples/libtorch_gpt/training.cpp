@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
@@ -378,7 +379,9 @@ result tensor_parallel_on_threads(const options& o)
         }));
     }
     std::vector<result> results(t);
-    std::vector<std::exception_ptr> errors(t);
+    std::mutex failing;
+    std::exception_ptr first;  // the failure that cancelled the other tensor ranks
+    int failed_rank = -1;
     {
         std::vector<std::jthread> threads;
         for (std::size_t k = 0; k < t; ++k)
@@ -387,12 +390,25 @@ result tensor_parallel_on_threads(const options& o)
                     results[k] = pipelined<tpipe::local_transport>(o, *ranks[k], nullptr);
                     results[k].weights = whole_weights(ranks[k]->model, 0, ranks[k]->model->size());
                 } catch (...) {
-                    errors[k] = std::current_exception();
+                    {
+                        std::lock_guard lock(failing);
+                        if (first) return;  // cancelled by the first failure
+                        first = std::current_exception();
+                        failed_rank = static_cast<int>(k);
+                    }
+                    // The others wait in their groups' sums for this rank: end their waits.
+                    for (auto& g : groups) g.cancel();
                 }
             });
     }
-    for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+    if (first) {
+        try {
+            std::rethrow_exception(first);
+        } catch (const std::exception& e) {
+            throw tpipe::error("tensor rank " + std::to_string(failed_rank) + " of " + std::to_string(o.tp) +
+                               " failed (the others were cancelled): " + e.what());
+        }
+    }
     return results[0];
 }
 
