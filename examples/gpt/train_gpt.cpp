@@ -614,7 +614,12 @@ int train(const options& o)
                     tpipe::sync_wait(r.step_stages(pipeline, over_tensor_group));
                 }
             };
-            tpipe::on_threads(reps.size(), one);  // replicas side by side, each run() on a thread of its own
+            // Replicas side by side, each run() on a thread of its own. One that fails cancels the
+            // groups the others may wait in for it: its tensor sums, the replicas' gradients.
+            tpipe::on_threads(reps.size(), one, [&] {
+                for (auto& g : tensor_groups) g->cancel();
+                for (auto& g : groups) g->cancel();
+            });
             for (std::size_t k = 0; k < reps.size(); ++k)  // tensor rank 0's: the others have the same loss
                 if (reps[k]->tensor_rank == 0) loss += losses[k] / D;
             stats = std::move(all.front());

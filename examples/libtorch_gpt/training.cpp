@@ -2,6 +2,7 @@
 // [snippet:...] markers are the code shown in docs/libtorch.md (tools/snippets.py keeps them equal).
 #include "training.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,18 +13,17 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <span>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 #include <type_traits>
 
 #include <torch/torch.h>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/async/on_threads.hpp>
 #include <tpipe/comm/blocking_group.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/checked.hpp>
@@ -379,35 +379,27 @@ result tensor_parallel_on_threads(const options& o)
         }));
     }
     std::vector<result> results(t);
-    std::mutex failing;
-    std::exception_ptr first;  // the failure that cancelled the other tensor ranks
-    int failed_rank = -1;
-    {
-        std::vector<std::jthread> threads;
-        for (std::size_t k = 0; k < t; ++k)
-            threads.emplace_back([&, k] {
+    std::atomic<int> failed_rank{-1};
+    try {
+        tpipe::on_threads(
+            t,
+            [&](std::size_t k) {
                 try {
                     results[k] = pipelined<tpipe::local_transport>(o, *ranks[k], nullptr);
                     results[k].weights = whole_weights(ranks[k]->model, 0, ranks[k]->model->size());
                 } catch (...) {
-                    {
-                        std::lock_guard lock(failing);
-                        if (first) return;  // cancelled by the first failure
-                        first = std::current_exception();
-                        failed_rank = static_cast<int>(k);
-                    }
-                    // The others wait in their groups' sums for this rank: end their waits.
-                    for (auto& g : groups) g.cancel();
+                    int none = -1;
+                    failed_rank.compare_exchange_strong(none, static_cast<int>(k));
+                    throw;
                 }
+            },
+            [&] {  // the others wait in their groups' sums for the failed rank: end their waits
+                for (auto& g : groups) g.cancel();
             });
-    }
-    if (first) {
-        try {
-            std::rethrow_exception(first);
-        } catch (const std::exception& e) {
-            throw tpipe::error("tensor rank " + std::to_string(failed_rank) + " of " + std::to_string(o.tp) +
-                               " failed (the others were cancelled): " + e.what());
-        }
+    } catch (const std::exception& e) {
+        if (failed_rank.load() < 0) throw;
+        throw tpipe::error("tensor rank " + std::to_string(failed_rank.load()) + " of " + std::to_string(o.tp) +
+                           " failed (the others were cancelled): " + e.what());
     }
     return results[0];
 }

@@ -5,10 +5,12 @@
 
 #include <atomic>
 #include <set>
+#include <string>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "tpipe/async/on_threads.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/async/thread_crew.hpp"
@@ -59,4 +61,31 @@ TEST_CASE("thread_crew: a failure is rethrown after every member returned; the c
     crew.run([&](std::size_t) { ++returned; });
     REQUIRE(returned == 5);
     REQUIRE_THROWS_WITH(tpipe::thread_crew(0), Catch::Contains("needs at least 1 member"));
+}
+
+TEST_CASE("on_threads: the first failure cancels the members waiting for it and is the one rethrown", "[comm][crew]")
+{
+    // Member 2 fails; members 0 and 1 wait for it in a collective it never joins. Without the
+    // cancel they would wait forever; with it they fail too, later, and the cause is rethrown.
+    tpipe::thread_group group(3);
+    std::vector<tpipe::thread_communicator> members;
+    for (int k = 0; k < 3; ++k) members.push_back(group.member(k));
+    std::atomic<int> cancels{0};
+    try {
+        tpipe::on_threads(
+            3,
+            [&](std::size_t k) {
+                if (k == 2) throw std::runtime_error("member 2 failed");
+                std::vector<float> v{1.0f};
+                tpipe::sync_wait(sum(members[k], v));
+            },
+            [&] {
+                ++cancels;
+                group.cancel();
+            });
+        FAIL("on_threads returned although member 2 failed");
+    } catch (const std::runtime_error& e) {
+        CHECK(std::string(e.what()) == "member 2 failed");
+    }
+    CHECK(cancels.load() == 1);
 }
