@@ -698,44 +698,40 @@ int train(const options& o)
                                 {"recompute", o.recompute},
                                 {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units, prog)},
                                 {"units", describe(units)}};
-#ifdef TPIPE_GPT_MPI
-    if (mpi && o.tp > 1 && steps_run > 0) {
-        // Counted by the tensor communicator, beside the closed form of the floats summed per
-        // step, over the step's tokens N = batch x seq-len: per layer 4 x N x d_model (6 with
-        // --recompute, whose backward runs the forward's 2 again); the first stage's embedding
-        // N x d_model (twice with --recompute); the last stage's head N x d_model and its
-        // cross-entropy's maxima and sums N x (T + 2). A ring all-reduce sends 2 (T - 1) / T of them.
-        const double N = double(o.batch) * o.cfg.seq_len, d = o.cfg.d_model, redo = o.recompute ? 2 : 1;
-        double floats = 0;
-        for (int s = 0; s < stages; ++s)
-            if (reps.front()->state->holds(s)) {
-                const auto& h = reps.front()->state->params(s).lay.held;
-                floats += (h.layer_end - h.layer_begin) * (4 + 2 * (redo - 1)) * N * d;
-                if (h.first) floats += redo * N * d;
-                if (h.last) floats += N * d + N * (o.tp + 2);
-            }
-        // --scatter-gather: a stage all-gathers its input (not stage 0) forward and its output's
-        // gradient (not the last stage) backward, N x d_model each; a ring all-gather sends
-        // (T - 1) / T of them.
-        double gathered = 0;
-        if (o.scatter_gather)
-            for (int s = 0; s < stages; ++s)
-                if (reps.front()->state->holds(s)) gathered += ((s > 0) + (s + 1 < stages)) * N * d;
-        summary["tensor_bytes_sent_per_step"] = static_cast<double>(mpi->tensor_bytes_sent()) / steps_run;
-        summary["tensor_bytes_closed_form"] =
-            (floats * 2.0 + gathered) * sizeof(float) * (o.tp - 1) / o.tp;
-    }
-#endif
     if (o.tp > 1 && steps_run > 0) {
-        // What this process's stages (tensor rank 0's on threads) handed the pipeline per step,
-        // beside the closed form: a stage sends its output (not the last) and its input's
-        // gradient (not stage 0), N x d_model floats each, 1/T of them with --scatter-gather.
+        // Over the step's tokens N = batch x seq-len. A stage crosses N x d_model floats at each
+        // boundary it has: its output (not the last stage) forward, its input's gradient (not
+        // stage 0) backward. It hands the pipeline all of them, 1/T with --scatter-gather
+        // (counted by this process's stages: tensor rank 0's on threads).
         const double N = double(o.batch) * o.cfg.seq_len, d = o.cfg.d_model;
-        double floats = 0;
+        double boundary = 0;
         for (int s = 0; s < stages; ++s)
-            if (reps.front()->state->holds(s)) floats += ((s > 0) + (s + 1 < stages)) * N * d;
+            if (reps.front()->state->holds(s)) boundary += ((s > 0) + (s + 1 < stages)) * N * d;
         summary["pipeline_bytes_sent_per_step"] = static_cast<double>(reps.front()->pipeline_bytes_sent()) / steps_run;
-        summary["pipeline_bytes_closed_form"] = floats * sizeof(float) / (o.scatter_gather ? o.tp : 1);
+        summary["pipeline_bytes_closed_form"] = boundary * sizeof(float) / (o.scatter_gather ? o.tp : 1);
+#ifdef TPIPE_GPT_MPI
+        if (mpi) {
+            // Counted by the tensor communicator, beside the closed form of the floats summed per
+            // step: per layer 4 x N x d_model (6 with --recompute, whose backward runs the
+            // forward's 2 again); the first stage's embedding N x d_model (twice with
+            // --recompute); the last stage's head N x d_model and its cross-entropy's maxima and
+            // sums N x (T + 2). A ring all-reduce sends 2 (T - 1) / T of them. With
+            // --scatter-gather every boundary's floats are all-gathered too, of which a ring
+            // all-gather sends (T - 1) / T.
+            const double redo = o.recompute ? 2 : 1;
+            double floats = 0;
+            for (int s = 0; s < stages; ++s)
+                if (reps.front()->state->holds(s)) {
+                    const auto& h = reps.front()->state->params(s).lay.held;
+                    floats += (h.layer_end - h.layer_begin) * (4 + 2 * (redo - 1)) * N * d;
+                    if (h.first) floats += redo * N * d;
+                    if (h.last) floats += N * d + N * (o.tp + 2);
+                }
+            const double gathered = o.scatter_gather ? boundary : 0;
+            summary["tensor_bytes_sent_per_step"] = static_cast<double>(mpi->tensor_bytes_sent()) / steps_run;
+            summary["tensor_bytes_closed_form"] = (floats * 2.0 + gathered) * sizeof(float) * (o.tp - 1) / o.tp;
+        }
+#endif
     }
     if (planned_T > 0) {
         summary["planned_T_s"] = planned_T;

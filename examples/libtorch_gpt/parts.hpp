@@ -20,15 +20,18 @@ inline config config_of(const options& o)
     return {.vocab = 256, .seq_len = o.seq_len, .d_model = o.d_model, .heads = o.heads, .layers = o.layers};
 }
 
-//! Every parameter of `m`, flattened in model order, as doubles.
-inline std::vector<double> flatten(const torch::nn::Module& m)
+//! `tensors` flattened one after another, as doubles.
+inline std::vector<double> flatten(const std::vector<torch::Tensor>& tensors)
 {
     std::vector<double> out;
-    for (const auto& p : m.parameters()) {
+    for (const auto& p : tensors) {
         auto d = p.detach().to(torch::kDouble).contiguous();
         out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
     }
     return out;
 }
+
+//! Every parameter of `m`, flattened in model order, as doubles.
+inline std::vector<double> flatten(const torch::nn::Module& m) { return flatten(m.parameters()); }
 
 } // namespace libtorch_gpt

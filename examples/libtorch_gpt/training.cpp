@@ -342,11 +342,10 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
 std::vector<double> whole_weights(torch::nn::Sequential& model, std::size_t begin, std::size_t end)
 {
     std::vector<double> out;
-    for (std::size_t m = begin; m < end; ++m)
-        for (const torch::Tensor& p : tpipe::libtorch::whole_parameters(*model->ptr(m))) {
-            const torch::Tensor d = p.to(torch::kDouble).contiguous();
-            out.insert(out.end(), d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
-        }
+    for (std::size_t m = begin; m < end; ++m) {
+        const std::vector<double> w = flatten(tpipe::libtorch::whole_parameters(*model->ptr(m)));
+        out.insert(out.end(), w.begin(), w.end());
+    }
     return out;
 }
 
