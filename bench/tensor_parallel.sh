@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Three axes measured: train_gpt over MPI at (t, K, d) = (1,1,1) (1,2,1) (2,1,1) (2,2,1) (2,1,2), process
+# Three axes measured: train_gpt over MPI at (t, K, d) = (1,1,1) (1,2,1) (2,1,1) (2,2,1) (2,1,2), and
+# (2,1,1) (2,2,1) with --sequence-parallel (sp), process
 # 0's peak RSS (GNU time) beside the memory model's prediction for it (predicted_peak_bytes) and
 # its error, its floor (the same job with a negligible model), tokens/s, and the bytes the
 # tensor communicator sent per step beside the closed form. Use a CPU-only build
@@ -14,8 +15,9 @@ mpi=(mpiexec --oversubscribe); [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root
 shape="--layers 4 --d-model 256 --heads 8 --seq-len 256 --batch 8 --steps 12 --slicer microbatch:4 --threads 2 --json"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
 printf '%-10s %5s %10s %10s %10s %7s %10s %14s %14s\n' "t,K,d" "procs" "tokens/s" "RSS MiB" "predicted" "error" "floor" "tensor B/step" "closed form"
-for cfg in "1 1 1" "1 2 1" "2 1 1" "2 2 1" "2 1 2"; do
-  read -r t K d <<<"$cfg"
+for cfg in "1 1 1" "1 2 1" "2 1 1" "2 2 1" "2 1 2" "2 1 1 sp" "2 2 1 sp"; do
+  read -r t K d sp <<<"$cfg"
+  name="$t,$K,$d${sp:+ $sp}" flags=(); [ -n "$sp" ] && flags=(--sequence-parallel)
   n=$((t * K * d))
   run() {  # process 0's peak RSS in $out/rss.0, the log in $out/$1
     local log=$1; shift
@@ -24,8 +26,8 @@ for cfg in "1 1 1" "1 2 1" "2 1 1" "2 2 1" "2 1 2"; do
   }
   run floor.log --layers "$K" --d-model 32 --heads 2 --seq-len 32 --batch 2 --steps 2 --threads 2 --json
   mv "$out/rss.0" "$out/floor.0"
-  run log $shape "$@"
-  python3 - "$out" "$t,$K,$d" "$n" <<'PY'
+  run log $shape "${flags[@]}" "$@"
+  python3 - "$out" "$name" "$n" <<'PY'
 import glob, json, sys
 out, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 s = [json.loads(l) for l in open(out + "/log") if '"summary"' in l][-1]

@@ -51,6 +51,9 @@ const char* usage_text =
     "  --scatter-gather  with --tp: Megatron's scatter/gather between stages: tensor rank k sends 1/T of each\n"
     "                    boundary activation and gradient (they are the same on every tensor rank), and the\n"
     "                    receiving stage all-gathers them over its tensor group; bitwise the same training\n"
+    "  --sequence-parallel  with --tp: Megatron's sequence parallelism: each tensor rank keeps and normalises\n"
+    "                    1/T of every unit's positions between its sums, which become reduce-scatters and\n"
+    "                    all-gathers, and sends only those across stage boundaries\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
@@ -154,6 +157,7 @@ options parse(int argc, char** argv)
     o.dp = r.number("--dp", o.dp, 1, most);
     o.tp = r.number("--tp", o.tp, 1, most);
     o.scatter_gather = r.flag("--scatter-gather");
+    o.sequence_parallel = r.flag("--sequence-parallel");
     o.transport = r.text("--transport", o.transport);
     o.device = r.text("--device", o.device);
     o.precision = r.text("--precision", o.precision);
@@ -244,7 +248,10 @@ options parse(int argc, char** argv)
     r.applies_only({"--plan-from"}, !o.el.plan_from.empty(), "needs a file name, got an empty one");
     r.applies_only({"--plan-from"}, !r.given("--resume"),
                    "does not go with --resume (a resumed run plans from the unit times its checkpoint saved)");
-    r.applies_only({"--scatter-gather"}, o.tp > 1, "applies with --tp > 1 (it splits what the tensor ranks share)");
+    r.applies_only({"--scatter-gather", "--sequence-parallel"}, o.tp > 1,
+                   "applies with --tp > 1 (it splits what the tensor ranks share)");
+    r.applies_only({"--scatter-gather"}, !o.sequence_parallel,
+                   "does not go with --sequence-parallel (which sends each tensor rank's positions only already)");
     if (o.tp > 1) {  // what a tensor-parallel run composes with today (docs/tensor_parallel.md)
         r.applies_only({"--save", "--resume"}, o.transport == "mpi",
                        "with --tp > 1 needs --transport mpi: a tensor-parallel checkpoint is one file per tensor "

@@ -35,6 +35,7 @@ struct options {
     int threads = 0;  // 0: hardware threads
     int dp = 1;
     int tp = 1;  // tensor-parallel ranks per stage (Megatron's split; over MPI)
+    bool sequence_parallel = false;  // --tp: the LayerNorm regions split along each unit's positions
     bool scatter_gather = false;  // --tp: 1/tp of each boundary activation crosses the pipeline, all-gathered after
     std::string transport = "threads";
     std::string device = "cpu";

@@ -114,12 +114,16 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
             // (x, ln1, qkv, attn, xmid, ln2, fc, act) and 11 from the backward kept to the weight
             // gradient; fp32 attention probabilities; K, V and their gradients per microbatch.
             // With --tp, 19 of the 27 are a tensor rank's share (qkv 3, attn 1, fc 4, act 4; dfc
-            // 4, dqkv 3): 8 whole, 19 / T.
+            // 4, dqkv 3): 8 whole, 19 / T. With --sequence-parallel 4 of the 8 are a rank's
+            // positions (x, xmid, dln2, dln1; the gathered ln1, ln2, dout and dproj stay whole),
+            // and so is a unit's input under --recompute.
             const double optimizer = o.shard_optimizer ? 9.0 / o.dp : 9.0;  // sharded: 1/D of m, v and the decay flag
+            const double by_position = o.sequence_parallel ? 4 : 0;
             tpipe::memory_options mo{.weight_bytes = 4, .gradient_bytes = 4, .master_bytes = 0, .optimizer_bytes = optimizer,
-                                     .activation_bytes = 8 * 4, .split_activation_bytes = 19 * 4, .score_bytes = 4,
+                                     .activation_bytes = (8 - by_position) * 4,
+                                     .split_activation_bytes = (19 + by_position) * 4, .score_bytes = 4,
                                      .cache_bytes = 8, .embedding = held.first, .recompute = o.recompute,
-                                     .input_bytes = 4};
+                                     .input_bytes = o.sequence_parallel ? 4.0 / o.tp : 4.0};
             const tpipe::memory_model m(shape, std::max(1, held.layer_end - held.layer_begin), o.tp, o.cfg.seq_len, mo);
             std::vector<tpipe::action> mine;  // stage s's computes, in its rank's order
             for (const auto& a : prog.actions[static_cast<std::size_t>(prog.stage_rank[static_cast<std::size_t>(s)])])
@@ -164,7 +168,7 @@ int train_on_cuda(const options& o, const std::string& text)
     f.add("--heads", o.cfg.heads).add("--seq-len", o.cfg.seq_len).add("--untied", !o.cfg.tied).add("--batch", o.batch);
     f.add("--steps", o.steps).add("--steps given", o.steps_given).add("--lr", o.lr).add("--seed", o.seed);
     f.add("--watchdog", o.watchdog).add("--stages", o.stages).add("--schedule", o.schedule).add("--virtual", o.virtual_stages);
-    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--tp", o.tp).add("--scatter-gather", o.scatter_gather).add("--device", o.device);
+    f.add("--slicer", o.slicer).add("--granularity", o.granularity).add("--dp", o.dp).add("--tp", o.tp).add("--scatter-gather", o.scatter_gather).add("--sequence-parallel", o.sequence_parallel).add("--device", o.device);
     f.add("--precision", o.precision).add("--check", o.check).add("--check-tol", o.check_tol);
     f.add("--elastic", o.elastic).add("--devices", o.el.opts.devices).add("--alpha", o.el.opts.alpha);
     f.add("--freeze-every", o.el.opts.freeze_every).add("--epochs", o.el.epochs).add("--max-frozen", o.el.opts.max_frozen);
@@ -526,17 +530,19 @@ int train(const options& o)
     if (o.check) ref = std::make_unique<reference_run>(o);
 
     // The first replica's whole weights or gradients (--check), gathered from its stages.
-    auto whole_of = [&](bool gradients) {
+    // Elements [first, first + count) of the whole model's weights or gradients.
+    auto whole_piece = [&](bool gradients, std::int64_t first, std::int64_t count) {
 #ifdef TPIPE_GPT_MPI
-        if (mpi) return mpi->whole(*reps.front(), gradients);
+        if (mpi) return mpi->whole(*reps.front(), gradients, first, count);
 #endif
-        std::vector<float> w = reps.front()->state->whole(gradients);
+        std::vector<float> w = reps.front()->state->whole(gradients, first, count);
         for (int k = 1; k < tensor_here; ++k) {  // --tp on threads: each element is one tensor rank's
-            const std::vector<float> share = reps[static_cast<std::size_t>(k)]->state->whole(gradients);
+            const std::vector<float> share = reps[static_cast<std::size_t>(k)]->state->whole(gradients, first, count);
             for (std::size_t i = 0; i < w.size(); ++i) w[i] += share[i];
         }
         return w;
     };
+    auto whole_of = [&](bool gradients) { return whole_piece(gradients, 0, reps.front()->state->whole_size()); };
     const double tokens_per_step = double(o.batch) * o.cfg.seq_len * D;
     double elapsed = 0, first_loss = 0, last_loss = 0;
     bool replicas_identical = true;
@@ -665,8 +671,10 @@ int train(const options& o)
     }
     if (saver) saver->finish();
     // With --tp, of the shares put together (the whole model's vector), as under MPI.
-    std::string weights_fnv = o.tp > 1 && !over_mpi ? gpt::fnv_hex(whole_of(false))
-                                                    : gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
+    std::string weights_fnv =
+        o.tp > 1 && !over_mpi ? gpt::fnv_hex_by_pieces(reps.front()->state->whole_size(),
+                                                       [&](std::int64_t first, std::int64_t count) { return whole_piece(false, first, count); })
+                              : gpt::fnv_hex(reps.front()->fingerprint(gpt::fnv_offset_basis));
 #ifdef TPIPE_GPT_MPI
     if (mpi) {
         weights_fnv = mpi->fingerprint(*reps.front(), prog);
@@ -699,37 +707,54 @@ int train(const options& o)
                                 {"predicted_peak_bytes", predicted_peak_bytes(o, reps, units, prog)},
                                 {"units", describe(units)}};
     if (o.tp > 1 && steps_run > 0) {
-        // Over the step's tokens N = batch x seq-len. A stage crosses N x d_model floats at each
+        // Over the step's positions N = batch x seq-len. A stage crosses N x d_model floats at each
         // boundary it has: its output (not the last stage) forward, its input's gradient (not
         // stage 0) backward. It hands the pipeline all of them, 1/T with --scatter-gather
-        // (counted by this process's stages: tensor rank 0's on threads).
+        // (counted by this process's stages: tensor rank 0's on threads), its own positions with
+        // --sequence-parallel: Nk of them, and its group's collectives run on P, each unit's
+        // positions padded to a multiple of T (gpt::sequence_share).
         const double N = double(o.batch) * o.cfg.seq_len, d = o.cfg.d_model;
+        double Nk = 0, P = 0;
+        for (int i = 0; i < units.units(); ++i) {
+            const auto share = gpt::sequence_share::of(units.at(i).rows() * units.at(i).tokens(), o.tp, reps.front()->tensor_rank);
+            Nk += static_cast<double>(share.count);
+            P += static_cast<double>(share.per_rank * o.tp);
+        }
         double boundary = 0;
         for (int s = 0; s < stages; ++s)
-            if (reps.front()->state->holds(s)) boundary += ((s > 0) + (s + 1 < stages)) * N * d;
+            if (reps.front()->state->holds(s)) boundary += ((s > 0) + (s + 1 < stages)) * d;
         summary["pipeline_bytes_sent_per_step"] = static_cast<double>(reps.front()->pipeline_bytes_sent()) / steps_run;
-        summary["pipeline_bytes_closed_form"] = boundary * sizeof(float) / (o.scatter_gather ? o.tp : 1);
+        summary["pipeline_bytes_closed_form"] =
+            boundary * sizeof(float) * (o.sequence_parallel ? Nk : N / (o.scatter_gather ? o.tp : 1));
 #ifdef TPIPE_GPT_MPI
         if (mpi) {
-            // Counted by the tensor communicator, beside the closed form of the floats summed per
-            // step: per layer 4 x N x d_model (6 with --recompute, whose backward runs the
-            // forward's 2 again); the first stage's embedding N x d_model (twice with
-            // --recompute); the last stage's head N x d_model and its cross-entropy's maxima and
-            // sums N x (T + 2). A ring all-reduce sends 2 (T - 1) / T of them. With
-            // --scatter-gather every boundary's floats are all-gathered too, of which a ring
-            // all-gather sends (T - 1) / T.
-            const double redo = o.recompute ? 2 : 1;
-            double floats = 0;
+            // Counted by the tensor communicator, beside the closed form of what its ring sends:
+            // (T - 1) / T of every reduce-scatter's and all-gather's floats, and of an all-reduce's
+            // twice (its two halves). Per step, counted in such halves:
+            // - per layer, 4 sums forward (2 more with --recompute, whose backward runs the forward
+            //   again) and 2 backward, of N x d_model each: 2 halves apiece. With
+            //   --sequence-parallel each sum is one reduce-scatter, and an all-gather of P x d_model
+            //   goes with it;
+            // - the first stage's embedding N x d_model (twice with --recompute); with
+            //   --sequence-parallel a reduce-scatter each, and its gradient's all-gather;
+            // - the last stage's head N x d_model; with --sequence-parallel its input's all-gather
+            //   and its gradient's reduce-scatter; its cross-entropy's maxima and sums N x (T + 2);
+            // - with --sequence-parallel, the LayerNorms' gradients: 2 x d_model per LayerNorm;
+            // - with --scatter-gather, every boundary's floats all-gathered: 1 half.
+            const double redo = o.recompute ? 2 : 1, Np = o.sequence_parallel ? P : N;
+            double halves = 0;
             for (int s = 0; s < stages; ++s)
                 if (reps.front()->state->holds(s)) {
                     const auto& h = reps.front()->state->params(s).lay.held;
-                    floats += (h.layer_end - h.layer_begin) * (4 + 2 * (redo - 1)) * N * d;
-                    if (h.first) floats += redo * N * d;
-                    if (h.last) floats += N * d + N * (o.tp + 2);
+                    const double layers = h.layer_end - h.layer_begin;
+                    halves += layers * (4 * redo + 4) * Np * d;
+                    if (h.first) halves += (o.sequence_parallel ? redo + 1 : 2 * redo) * Np * d;
+                    if (h.last) halves += 2 * Np * d + 2 * N * (o.tp + 2);
+                    if (o.sequence_parallel) halves += 2 * (4 * layers + (h.last ? 2 : 0)) * d;
                 }
-            const double gathered = o.scatter_gather ? boundary : 0;
+            if (o.scatter_gather) halves += boundary * N;
             summary["tensor_bytes_sent_per_step"] = static_cast<double>(mpi->tensor_bytes_sent()) / steps_run;
-            summary["tensor_bytes_closed_form"] = (floats * 2.0 + gathered) * sizeof(float) * (o.tp - 1) / o.tp;
+            summary["tensor_bytes_closed_form"] = halves * sizeof(float) * (o.tp - 1) / o.tp;
         }
 #endif
     }

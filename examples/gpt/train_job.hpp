@@ -64,12 +64,16 @@ struct replica {
     std::vector<std::unique_ptr<tensor_sum>> tensor_sums;
 
     //! Stage s of this tensor rank sums its partial products over `group` (a tpipe::blocking_group
-    //! of its tensor group, on threads or over MPI), and with --scatter-gather splits what crosses
+    //! of its tensor group, on threads or over MPI), with --sequence-parallel splits its LayerNorm
+    //! regions along the positions, and with --scatter-gather splits what crosses
     //! its boundaries and gathers it there (gpt::boundary_split).
     template <class Group>
     void join_tensor_group(int s, int stages, Group& group)
     {
         model->part_at(s).set_tensor_sum([&group](std::span<float> v) { group.all_reduce_sum(v); });
+        if (o->sequence_parallel)
+            model->part_at(s).set_sequence_parallel([&group](std::span<float> v) { group.reduce_scatter_sum(v); },
+                                                    [&group](std::span<float> v) { group.all_gather(v); });
         if (o->scatter_gather)
             model->pipe().stage(static_cast<std::size_t>(s)).split = gpt::boundary_split<float>{
                 .all_gather = [&group](std::span<float> v) { group.all_gather(v); },
@@ -294,8 +298,9 @@ public:
         r.model->begin_step(b);
         const std::uint64_t before = T_ > 1 ? job_->tensor().traffic().sent : 0;
         stats = runner_->run(r.model->io());
-        if (T_ > 1) tensor_bytes_sent_ += job_->tensor().traffic().sent - before;  // the stages' sums only
         const double mine = r.model->finish_step();
+        // The stages' collectives only (and --sequence-parallel's sum of the LayerNorms' gradients), not the clip's.
+        if (T_ > 1) tensor_bytes_sent_ += job_->tensor().traffic().sent - before;
         if (sharded_) {
             auto pipeline = [this](std::span<float> v) { return over_pipeline(v); };
             auto all = [this](std::span<std::int64_t> v) -> tpipe::task<void> {
@@ -335,8 +340,11 @@ public:
     std::string fingerprint(const replica& r, const tpipe::program& prog)
     {
         if (T_ > 1) {  // the shares put together: the whole model's vector, hashed on every process
-            const std::vector<float> w = whole(r, false);
-            return gpt::fnv_hex(gpt::fnv_update(gpt::fnv_offset_basis, std::span<const float>(w)));
+            // A piece at a time: the whole vector would add the whole model's weights to what
+            // each process holds, at the end of the run.
+            return gpt::fnv_hex_by_pieces(r.state->whole_size(), [&](std::int64_t first, std::int64_t count) {
+                return whole(r, false, first, count);
+            });
         }
         std::uint64_t h = gpt::fnv_offset_basis;
         for (int s = 0; s < prog.stages(); ++s) {
@@ -349,7 +357,12 @@ public:
     //! The replica's whole weights or gradients on every process of the replica (for --check).
     std::vector<float> whole(const replica& r, bool gradients)
     {
-        std::vector<float> w = r.state->whole(gradients);  // zeros where other processes hold them
+        return whole(r, gradients, 0, r.state->whole_size());
+    }
+    //! Elements [first, first + count) of whole(r, gradients).
+    std::vector<float> whole(const replica& r, bool gradients, std::int64_t first, std::int64_t count)
+    {
+        std::vector<float> w = r.state->whole(gradients, first, count);  // zeros where other processes hold them
         tpipe::sync_wait(over_pipeline(std::span<float>(w)));
         if (T_ > 1)  // each element is one process's: the sums add zeros, exactly
             tpipe::sync_wait([](tpipe::mpi::communicator& c, std::span<float> v) -> tpipe::task<void> {

@@ -29,10 +29,11 @@ struct tp_run {
     std::vector<float> grads, values;  // the whole model's, put together from every tensor rank
 };
 
-//! One step of t x K on threads under `schedule`, `recompute` or not; then an AdamW step with the
-//! clip's squares summed over the tensor group (the step's values are compared too).
+//! One step of t x K on threads under `schedule`, `recompute` or not, sequence-parallel or not;
+//! then an AdamW step with the clip's squares summed over the tensor group (the step's values are
+//! compared too).
 tp_run run_tensor_parallel(const gpt::config& cfg, const gpt::batch& b, const tpipe::scheme& units, int t, int K,
-                           const char* schedule, bool recompute)
+                           const char* schedule, bool recompute, bool sequence_parallel = false)
 {
     const auto prog = tpipe::make_schedule(schedule).program(tpipe::topology{K}, units);
     const int stages = prog.stages();
@@ -57,7 +58,11 @@ tp_run run_tensor_parallel(const gpt::config& cfg, const gpt::batch& b, const tp
                 for (auto& g : groups) members.push_back(g->member(k));
                 for (int s = 0; s < stages; ++s) {
                     sums.push_back(std::make_unique<tpipe::blocking_group<tpipe::thread_communicator>>(members[s]));
-                    model.part_at(s).set_tensor_sum([g = sums.back().get()](std::span<float> v) { g->all_reduce_sum(v); });
+                    auto* g = sums.back().get();
+                    model.part_at(s).set_tensor_sum([g](std::span<float> v) { g->all_reduce_sum(v); });
+                    if (sequence_parallel)
+                        model.part_at(s).set_sequence_parallel([g](std::span<float> v) { g->reduce_scatter_sum(v); },
+                                                               [g](std::span<float> v) { g->all_gather(v); });
                 }
                 model.set_recompute(recompute);
                 // A loop per stage: a stage blocked in its group's sum must not hold a loop another needs.
@@ -148,4 +153,56 @@ TEST_CASE("a GPT tensor-parallel part refuses a split that does not divide, and 
     const auto b = gpt_test::random_batch(cfg, 1, 6, 1);
     part.begin(&b);
     REQUIRE_THROWS_WITH(part.forward({0, 0, 0, 1, 0, 6}, {}), Catch::Contains("needs its tensor group's sum (set_tensor_sum)"));
+}
+
+TEST_CASE("sequence parallelism splits the LayerNorm regions along each unit's positions, and trains as the sums do",
+          "[gpt][tensor]")
+{
+    gpt::config cfg = gpt_test::tiny_config();
+    cfg.heads = 4;
+    cfg.d_model = 16;
+    cfg.seq_len = 12;
+    cfg.layers = 3;
+    cfg.vocab = 16;
+    const auto b = gpt_test::random_batch(cfg, 4, 12, 5);
+
+    // The share: ceil(n / t) positions each, the last ranks fewer or none.
+    CHECK(gpt::sequence_share::of(10, 4, 0).count == 3);
+    CHECK(gpt::sequence_share::of(10, 4, 3).begin == 9);
+    CHECK(gpt::sequence_share::of(10, 4, 3).count == 1);
+    CHECK(gpt::sequence_share::of(1, 2, 1).count == 0);
+
+    struct shape {
+        int t, K;
+        const char* schedule;
+        tpipe::scheme units;
+        bool recompute;
+    };
+    const std::vector<shape> shapes = {
+        {2, 2, "1f1b", tpipe::microbatch_slicer{2}.scheme({4, 12}), false},
+        {4, 2, "1f1b", tpipe::grid_slicer{2, {5, 7}}.scheme({4, 12}), false},   // 10 and 14 positions: padded to 12 and 16
+        {2, 3, "zb-h1", tpipe::grid_slicer{2, {4, 8}}.scheme({4, 12}), false},  // the split backward
+        {2, 2, "1f1b", tpipe::grid_slicer{2, {6, 6}}.scheme({4, 12}), true},    // recomputation
+        {2, 2, "1f1b", tpipe::grid_slicer{4, {1, 11}}.scheme({4, 12}), false},  // 1 position: tensor rank 1 holds none
+    };
+    for (const auto& s : shapes) {
+        CAPTURE(s.t, s.K, s.schedule, s.recompute);
+        gpt::parameters<float> whole(cfg);
+        whole.init(7);
+        const double loss = gpt::full_step(whole, b);
+        gpt::adamw<float> opt(whole, {});
+        const std::vector<float> grads = whole.grad;
+        opt.step(whole);
+        const tp_run sums = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute);
+        const tp_run seq = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute, true);
+        // A reduce-scatter then an all-gather is the ring's all-reduce, bit for bit, where the
+        // padding leaves the segments where they were (t = 2: any two addends commute; t | n).
+        // Every activation is then the same: the loss is, and only the LayerNorms' gradients
+        // differ (each rank's sum over its own positions, then the group's sum).
+        if (s.t == 2) CHECK(seq.loss == sums.loss);
+        CHECK(std::abs(seq.loss - loss) / loss < 1e-7);
+        CHECK(gpt_test::rel_err(seq.grads, grads) < 1e-6);
+        CHECK(gpt_test::rel_err(seq.values, whole.value) < 1e-6);
+        CHECK(gpt_test::rel_err(seq.grads, sums.grads) < 1e-6);
+    }
 }

@@ -7,6 +7,10 @@
 # - --shard-optimizer is bitwise the replicated optimizer;
 # - --scatter-gather (1/T of each boundary activation crosses the pipeline, all-gathered after)
 #   is bitwise the run without it, and sends half the pipeline bytes at T = 2;
+# - --sequence-parallel (the LayerNorm regions split along positions; only those cross the
+#   pipeline) trains to the losses of the run without it within 1e-5, sends half its pipeline bytes
+#   at T = 2, and runs token slices whose positions T does not divide (padded), ZB-H1 and
+#   recomputation with it;
 # - T = 1 and T = 2 of the same pipeline train to losses within 1e-5;
 # - a checkpoint saved at T = 2 resumes at T = 1 and T = 4;
 # - what --tp does not run yet is refused, naming the flag.
@@ -38,6 +42,9 @@ done <<'CONFIGS'
 2 --tp 2 --stages 1 --slicer microbatch:2
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16 --scatter-gather
+4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16 --sequence-parallel
+4 --tp 4 --stages 1 --schedule 1f1b --slicer grid:4:6,26 --sequence-parallel
+4 --tp 2 --stages 2 --schedule zb-h1 --recompute --sequence-parallel
 4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2
 4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer
 4 --tp 4 --stages 1 --schedule 1f1b --slicer tokens:16,16
@@ -59,6 +66,12 @@ a=${fnv[$plain]} b=${fnv[$plain --scatter-gather]} pa=${pipe_bytes[$plain]} pb=$
 if [ -n "$a" ] && [ "$a" = "$b" ] && python3 -c "import sys; sys.exit(0 if 2 * float('$pb') == float('$pa') else 1)"; then
   echo "ok  --scatter-gather at t = 2 x K = 2: weights $b, as without it; pipeline bytes per step $pb, without it $pa"
 else echo "FAIL  --scatter-gather at t = 2 x K = 2: weights $b (without: $a), pipeline bytes $pb (without: $pa)"; status=1; fi
+# Sequence parallelism: the losses of the run without it (only the LayerNorms' gradients are
+# summed in another order), half the pipeline bytes at t = 2.
+la=${loss[$plain]} lb=${loss[$plain --sequence-parallel]} pb=${pipe_bytes[$plain --sequence-parallel]}
+if python3 -c "import sys; a, b = float('$la'), float('$lb'); sys.exit(0 if abs(a - b) / abs(a) < 1e-5 and 2 * float('$pb') == float('$pa') else 1)" 2>/dev/null; then
+  echo "ok  --sequence-parallel at t = 2 x K = 2: last loss $lb, without it $la; pipeline bytes per step $pb, without it $pa"
+else echo "FAIL  --sequence-parallel at t = 2 x K = 2: last loss $lb (without: $la), pipeline bytes $pb (without: $pa)"; status=1; fi
 # ZeRO-1 over the data group of each tensor rank: bitwise the replicated optimizer's weights.
 a=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2]} b=${fnv[4 --tp 2 --stages 1 --dp 2 --slicer microbatch:2 --shard-optimizer]}
 if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "ok  --shard-optimizer at t = 2 x d = 2: weights $b, as without it"
@@ -95,5 +108,6 @@ expect() {
 expect "--save with --tp > 1 needs --transport mpi" "$gpt" --tp 2 --save "$dir/threads" --save-every 1
 expect "--tp 3 must divide --heads 4" "$gpt" --tp 3 --transport mpi
 expect "--elastic is not supported with --tp > 1 yet" "$gpt" --tp 2 --transport mpi --elastic
+expect "--scatter-gather does not go with --sequence-parallel" "$gpt" --tp 2 --sequence-parallel --scatter-gather
 expect "needs 4 processes, but the job has 2" timeout 120 "$mpiexec" -np 2 $flags "$gpt" --tp 2 --stages 2 --transport mpi
 exit $status

@@ -29,5 +29,6 @@ done <<'CONFIGS'
 4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:8,8,16
 4 --tp 2 --stages 2 --schedule zb-h1 --slicer microbatch:2 --scatter-gather
 4 --tp 2 --dp 2 --stages 1 --schedule 1f1b --slicer microbatch:2 --shard-optimizer
+4 --tp 2 --stages 2 --schedule terapipe-1f1b --slicer grid:2:7,9,16 --sequence-parallel
 CONFIGS
 exit $status

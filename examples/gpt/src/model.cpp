@@ -216,6 +216,7 @@ struct part<T>::impl {
     std::vector<typename unit_map::node_type> spare_units;
     std::vector<std::vector<T>> spare_buffers;  // activations and gradients that came back
     std::vector<T> dattn, attn_scratch;         // backward temporaries
+    std::vector<T> partial;  // sequence parallelism: a row-parallel product before its reduce-scatter
     std::vector<std::vector<layer_saved>> spare_layers;  // under recompute: layers' saves not in use
     static constexpr std::size_t max_spare_buffers = 16;
 
@@ -382,10 +383,82 @@ std::vector<std::span<T>> part<T>::gradients()
 template <class T>
 void part<T>::flush_grad()
 {
-    if (impl_->head_grad.empty()) return;
-    T* g = params_->grad.data() + params_->lay.head;
-    for (std::size_t i = 0; i < impl_->head_grad.size(); ++i) g[i] += impl_->head_grad[i];
-    std::fill(impl_->head_grad.begin(), impl_->head_grad.end(), T(0));
+    if (!impl_->head_grad.empty()) {
+        T* g = params_->grad.data() + params_->lay.head;
+        for (std::size_t i = 0; i < impl_->head_grad.size(); ++i) g[i] += impl_->head_grad[i];
+        std::fill(impl_->head_grad.begin(), impl_->head_grad.end(), T(0));
+    }
+    if (!sequence_parallel()) return;
+    // Each rank's LayerNorm gradients cover its own positions: one sum of all of them, packed.
+    const std::int64_t d = params_->cfg.d_model;
+    std::vector<std::int64_t> at;
+    for (int l = l0_; l < l1_; ++l)
+        for (const auto& bl = params_->lay.blocks[static_cast<std::size_t>(l)]; auto o : {bl.ln1_g, bl.ln1_b, bl.ln2_g, bl.ln2_b})
+            at.push_back(o);
+    if (last_) at.insert(at.end(), {params_->lay.lnf_g, params_->lay.lnf_b});
+    if (at.empty()) return;
+    std::vector<T> packed(at.size() * static_cast<std::size_t>(d));
+    T* G = params_->grad.data();
+    for (std::size_t i = 0; i < at.size(); ++i) std::copy_n(G + at[i], d, packed.begin() + static_cast<std::ptrdiff_t>(i) * d);
+    sum_over_tensor_group(packed);
+    for (std::size_t i = 0; i < at.size(); ++i) std::copy_n(packed.begin() + static_cast<std::ptrdiff_t>(i) * d, d, G + at[i]);
+}
+
+template <class T>
+sequence_share part<T>::positions(const tpipe::unit& u) const
+{
+    const tensor_split& tp = params_->lay.held.tensor;
+    const std::int64_t n = u.rows() * u.tokens();
+    return sequence_parallel() ? sequence_share::of(n, tp.ranks, tp.rank) : sequence_share{0, n, n};
+}
+
+template <class T>
+std::vector<T>& part<T>::partial_for(std::vector<T>& out, std::int64_t size)
+{
+    std::vector<T>& p = sequence_parallel() ? impl_->partial : out;
+    p.resize(static_cast<std::size_t>(size));
+    return p;
+}
+
+template <class T>
+void part<T>::reduce_positions(const tpipe::unit& u, std::vector<T>& partial, std::vector<T>& out)
+{
+    if (!sequence_parallel()) return sum_over_tensor_group(out);  // partial is out
+    const std::int64_t d = params_->cfg.d_model;
+    const sequence_share mine = positions(u);
+    partial.resize(static_cast<std::size_t>(mine.per_rank * params_->lay.held.tensor.ranks * d));  // the padding: zeros
+    reduce_scatter_(std::span<T>(partial));
+    out.assign(partial.begin() + mine.begin * d, partial.begin() + (mine.begin + mine.count) * d);
+}
+
+template <class T>
+void part<T>::gather_positions(const tpipe::unit& u, const T* mine, std::vector<T>& whole)
+{
+    const std::int64_t d = params_->cfg.d_model;
+    const sequence_share sh = positions(u);
+    whole.resize(static_cast<std::size_t>(sh.per_rank * params_->lay.held.tensor.ranks * d));
+    std::copy_n(mine, sh.count * d, whole.begin() + sh.begin * d);
+    all_gather_(std::span<T>(whole));
+    whole.resize(static_cast<std::size_t>(u.rows() * u.tokens() * d));
+}
+
+template <class T>
+void part<T>::norm_positions(const tpipe::unit& u, const T* x, std::int64_t g, std::int64_t b, std::vector<T>& whole,
+                             std::vector<T>& mean, std::vector<T>& rstd)
+{
+    const std::int64_t d = params_->cfg.d_model, n = positions(u).count;
+    const T* W = params_->value.data();
+    mean.resize(static_cast<std::size_t>(n));
+    rstd.resize(static_cast<std::size_t>(n));
+    if (!sequence_parallel()) {
+        whole.resize(static_cast<std::size_t>(n * d));
+        layernorm_forward(*pool_, n, d, x, W + g, W + b, params_->cfg.ln_eps, whole.data(), mean.data(), rstd.data());
+        return;
+    }
+    std::vector<T> mine = impl_->take_buffer(static_cast<std::size_t>(n * d));
+    layernorm_forward(*pool_, n, d, x, W + g, W + b, params_->cfg.ln_eps, mine.data(), mean.data(), rstd.data());
+    gather_positions(u, mine.data(), whole);
+    impl_->give_buffer(std::move(mine));
 }
 
 template <class T>
@@ -396,7 +469,8 @@ std::vector<T> part<T>::embed(const tpipe::unit& u)
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, d = cfg.d_model, Lb = B.seq_len;
     const T* W = params_->value.data();
-    std::vector<T> x = I.take_buffer(static_cast<std::size_t>(rows * s * d));
+    std::vector<T> x = I.take_buffer(0);
+    std::vector<T>& whole = partial_for(x, rows * s * d);
     const T* wte = W + params_->lay.wte;
     const T* wpe = W + params_->lay.wpe;
     const std::int64_t v0 = vocab_begin(), v1 = v0 + vocab_share();
@@ -405,16 +479,16 @@ std::vector<T> part<T>::embed(const tpipe::unit& u)
         for (std::int64_t i = 0; i < s; ++i) {
             const std::int32_t tok = B.inputs[static_cast<std::size_t>((u.row_begin + r) * Lb + t0 + i)];
             if (tok < 0 || tok >= cfg.vocab) refuse("token id " + std::to_string(tok) + " outside the vocabulary");
-            T* xi = x.data() + (r * s + i) * d;
+            T* xi = whole.data() + (r * s + i) * d;
             const bool mine = tok >= v0 && tok < v1;
             for (std::int64_t c = 0; c < d; ++c)
                 xi[c] = split ? (mine ? wte[(tok - v0) * d + c] : T(0)) : wte[tok * d + c] + wpe[(t0 + i) * d + c];
         }
     if (split) {  // vocabulary-parallel: one rank holds the token's row; the sum adds zeros to it, exactly
-        sum_over_tensor_group(x);
-        for (std::int64_t r = 0; r < rows; ++r)
-            for (std::int64_t i = 0; i < s; ++i)
-                for (std::int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>((r * s + i) * d + c)] += wpe[(t0 + i) * d + c];
+        reduce_positions(u, whole, x);
+        const sequence_share mine = positions(u);  // row-major positions: (row, token) = divmod(p, s)
+        for (std::int64_t p = mine.begin; p < mine.begin + mine.count; ++p)
+            for (std::int64_t c = 0; c < d; ++c) x[static_cast<std::size_t>((p - mine.begin) * d + c)] += wpe[(t0 + p % s) * d + c];
     }
     return x;
 }
@@ -429,7 +503,7 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
     // This tensor rank's share (the whole at 1 rank): heads H, attention width dl, MLP width F.
     const std::int64_t tr = params_->lay.held.tensor.ranks;
     const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads / tr, dh = cfg.d_head(), F = cfg.d_ff() / tr;
-    const std::int64_t dl = H * dh, n = rows * s;
+    const std::int64_t dl = H * dh, n = rows * s, nl = positions(u).count;  // nl: the LayerNorms' positions here
     auto& mb = I.mbs.at(u.microbatch);
     auto& us = I.units.at({u.microbatch, u.slice});
     const T* W = params_->value.data();
@@ -440,11 +514,7 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
         auto& sv = us.layers[static_cast<std::size_t>(l - l0_)];
         auto& K = mb.k[static_cast<std::size_t>(l - l0_)];
         auto& Vc = mb.v[static_cast<std::size_t>(l - l0_)];
-        sv.ln1.resize(static_cast<std::size_t>(n * d));
-        sv.mean1.resize(static_cast<std::size_t>(n));
-        sv.rstd1.resize(static_cast<std::size_t>(n));
-        layernorm_forward(pool, n, d, x.data(), W + bl.ln1_g, W + bl.ln1_b, cfg.ln_eps, sv.ln1.data(),
-                          sv.mean1.data(), sv.rstd1.data());
+        norm_positions(u, x.data(), bl.ln1_g, bl.ln1_b, sv.ln1, sv.mean1, sv.rstd1);
         sv.qkv.resize(static_cast<std::size_t>(n * 3 * dl));
         gemm<T>(pool, n, 3 * dl, d, {sv.ln1.data(), d, 1}, {W + bl.w_qkv, 3 * dl, 1}, sv.qkv.data(), 3 * dl, false);
         add_bias(pool, n, 3 * dl, W + bl.b_qkv, sv.qkv.data());
@@ -458,23 +528,19 @@ void part<T>::forward_blocks(const tpipe::unit& u, std::vector<T>& x)
         sv.attn.resize(static_cast<std::size_t>(n * dl));
         attention_forward(pool, shape, sv.qkv.data(), 3 * dl, K.data(), Vc.data(), sv.probs.data(), sv.attn.data());
         std::swap(sv.x, x);  // keep the block input; x now holds a recycled buffer
-        sv.xmid.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, dl, {sv.attn.data(), dl, 1}, {W + bl.w_o, d, 1}, sv.xmid.data(), d, false);
-        sum_over_tensor_group(sv.xmid);  // row-parallel: the heads' partial products
-        add_bias_residual(pool, n, d, W + bl.b_o, sv.x.data(), sv.xmid.data());
-        sv.ln2.resize(static_cast<std::size_t>(n * d));
-        sv.mean2.resize(static_cast<std::size_t>(n));
-        sv.rstd2.resize(static_cast<std::size_t>(n));
-        layernorm_forward(pool, n, d, sv.xmid.data(), W + bl.ln2_g, W + bl.ln2_b, cfg.ln_eps, sv.ln2.data(),
-                          sv.mean2.data(), sv.rstd2.data());
+        std::vector<T>& heads = partial_for(sv.xmid, n * d);
+        gemm<T>(pool, n, d, dl, {sv.attn.data(), dl, 1}, {W + bl.w_o, d, 1}, heads.data(), d, false);
+        reduce_positions(u, heads, sv.xmid);  // row-parallel: the heads' partial products
+        add_bias_residual(pool, nl, d, W + bl.b_o, sv.x.data(), sv.xmid.data());
+        norm_positions(u, sv.xmid.data(), bl.ln2_g, bl.ln2_b, sv.ln2, sv.mean2, sv.rstd2);
         sv.fc.resize(static_cast<std::size_t>(n * F));
         gemm<T>(pool, n, F, d, {sv.ln2.data(), d, 1}, {W + bl.w_fc, F, 1}, sv.fc.data(), F, false);
         sv.act.resize(sv.fc.size());
         bias_gelu_forward(pool, n, F, W + bl.b_fc, sv.fc.data(), sv.act.data());
-        x.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, x.data(), d, false);
-        sum_over_tensor_group(x);
-        add_bias_residual(pool, n, d, W + bl.b_proj, sv.xmid.data(), x.data());
+        std::vector<T>& mlp = partial_for(x, n * d);
+        gemm<T>(pool, n, d, F, {sv.act.data(), F, 1}, {W + bl.w_proj, d, 1}, mlp.data(), d, false);
+        reduce_positions(u, mlp, x);
+        add_bias_residual(pool, nl, d, W + bl.b_proj, sv.xmid.data(), x.data());
     }
 }
 
@@ -544,7 +610,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     const batch& B = *I.data;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t d = cfg.d_model, Lb = B.seq_len;
-    const std::int64_t n = rows * s;
+    const std::int64_t n = rows * s, nl = positions(u).count;
     if (const std::string why = unit_outside(u, B); !why.empty()) refuse(why);
     // Per-microbatch state: created by the first slice, which must start at token 0.
     auto it = I.mbs.find(u.microbatch);
@@ -566,10 +632,11 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     if (first_) {
         x = embed(u);
     } else {
-        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != n * d)
+        if (in.rows != rows || in.tokens != s || static_cast<std::int64_t>(in.data.size()) != nl * d)
             refuse("forward input has shape [" + std::to_string(in.rows) + "," + std::to_string(in.tokens) + "] x " +
                    std::to_string(in.data.size()) + " values; the unit needs [" + std::to_string(rows) + "," +
-                   std::to_string(s) + "," + std::to_string(d) + "]");
+                   std::to_string(s) + "," + std::to_string(d) + "]" +
+                   (nl != n ? ", of which this tensor rank's " + std::to_string(nl) + " positions (sequence parallelism)" : ""));
         x = std::move(in.data);
         if (recompute_) us.input.assign(x.begin(), x.end());  // all the unit keeps until its backward
     }
@@ -581,11 +648,7 @@ activation<T> part<T>::forward(const tpipe::unit& u, activation<T> in)
     // Final LayerNorm, head and softmax cross-entropy (partial sum / total tokens).
     const std::int64_t V = vocab_share();
     const T* Wh = W + params_->lay.head;
-    us.xf.resize(static_cast<std::size_t>(n * d));
-    us.meanf.resize(static_cast<std::size_t>(n));
-    us.rstdf.resize(static_cast<std::size_t>(n));
-    layernorm_forward(pool, n, d, x.data(), W + params_->lay.lnf_g, W + params_->lay.lnf_b, cfg.ln_eps, us.xf.data(),
-                      us.meanf.data(), us.rstdf.data());
+    norm_positions(u, x.data(), params_->lay.lnf_g, params_->lay.lnf_b, us.xf, us.meanf, us.rstdf);
     std::swap(us.xh, x);
     I.give_buffer(std::move(x));
     us.dlogits.resize(static_cast<std::size_t>(n * V));
@@ -612,7 +675,7 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin, t1 = u.token_end;
     const std::int64_t tr = params_->lay.held.tensor.ranks;  // this tensor rank's share, as in forward_blocks
     const std::int64_t d = cfg.d_model, Lb = B.seq_len, H = cfg.heads / tr, dh = cfg.d_head(), F = cfg.d_ff() / tr;
-    const std::int64_t dl = H * dh, n = rows * s;
+    const std::int64_t dl = H * dh, n = rows * s, nl = positions(u).count;  // nl: the LayerNorms' positions here
     auto uit = I.units.find({u.microbatch, u.slice});
     auto mit = I.mbs.find(u.microbatch);
     if (uit == I.units.end() || mit == I.mbs.end() || uit->second.input_done)
@@ -642,15 +705,15 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
     std::vector<T> dx;
     if (last_) {
         const T* Wh = W + params_->lay.head;
-        us.dxf.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, vocab_share(), {us.dlogits.data(), vocab_share(), 1}, {Wh, d, 1}, us.dxf.data(), d, false);
-        sum_over_tensor_group(us.dxf);  // vocabulary-parallel: every rank's share of the logits
-        dx = I.take_buffer(static_cast<std::size_t>(n * d));
+        std::vector<T>& dxf = partial_for(us.dxf, n * d);
+        gemm<T>(pool, n, d, vocab_share(), {us.dlogits.data(), vocab_share(), 1}, {Wh, d, 1}, dxf.data(), d, false);
+        reduce_positions(u, dxf, us.dxf);  // vocabulary-parallel: every rank's share of the logits
+        dx = I.take_buffer(static_cast<std::size_t>(nl * d));
         std::fill(dx.begin(), dx.end(), T(0));
-        layernorm_backward(pool, n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
+        layernorm_backward(pool, nl, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
                            W + params_->lay.lnf_g, dx.data());
     } else {
-        if (grad_out.rows != rows || grad_out.tokens != s || static_cast<std::int64_t>(grad_out.data.size()) != n * d)
+        if (grad_out.rows != rows || grad_out.tokens != s || static_cast<std::int64_t>(grad_out.data.size()) != nl * d)
             refuse("backward gradient has the wrong shape for the unit");
         dx = std::move(grad_out.data);
     }
@@ -664,17 +727,19 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         auto& dK = mb.dk[static_cast<std::size_t>(l - l0_)];
         auto& dV = mb.dv[static_cast<std::size_t>(l - l0_)];
         // MLP
-        sv.dout = dx;
+        if (sequence_parallel()) gather_positions(u, dx.data(), sv.dout);
+        else sv.dout = dx;
         sv.dfc.resize(static_cast<std::size_t>(n * F));
         gemm<T>(pool, n, F, d, {sv.dout.data(), d, 1}, {W + bl.w_proj, 1, d}, sv.dfc.data(), F, false);
         gelu_backward(pool, n * F, sv.fc.data(), sv.dfc.data());
-        sv.dln2.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, F, {sv.dfc.data(), F, 1}, {W + bl.w_fc, 1, F}, sv.dln2.data(), d, false);
-        sum_over_tensor_group(sv.dln2);  // column-parallel: the input's gradient from every rank's columns
-        layernorm_backward(pool, n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(),
+        std::vector<T>& dln2 = partial_for(sv.dln2, n * d);
+        gemm<T>(pool, n, d, F, {sv.dfc.data(), F, 1}, {W + bl.w_fc, 1, F}, dln2.data(), d, false);
+        reduce_positions(u, dln2, sv.dln2);  // column-parallel: the input's gradient from every rank's columns
+        layernorm_backward(pool, nl, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(),
                            W + bl.ln2_g, dx.data());
         // Attention
-        sv.dproj = dx;
+        if (sequence_parallel()) gather_positions(u, dx.data(), sv.dproj);
+        else sv.dproj = dx;
         I.dattn.resize(static_cast<std::size_t>(n * dl));
         gemm<T>(pool, n, dl, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, I.dattn.data(), dl, false);
         sv.dqkv.resize(static_cast<std::size_t>(n * 3 * dl));
@@ -687,16 +752,17 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
                 std::copy_n(dK.data() + (r * Lb + t0 + i) * dl, dl, dst + dl);
                 std::copy_n(dV.data() + (r * Lb + t0 + i) * dl, dl, dst + 2 * dl);
             }
-        sv.dln1.resize(static_cast<std::size_t>(n * d));
-        gemm<T>(pool, n, d, 3 * dl, {sv.dqkv.data(), 3 * dl, 1}, {W + bl.w_qkv, 1, 3 * dl}, sv.dln1.data(), d, false);
-        sum_over_tensor_group(sv.dln1);
-        layernorm_backward(pool, n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
+        std::vector<T>& dln1 = partial_for(sv.dln1, n * d);
+        gemm<T>(pool, n, d, 3 * dl, {sv.dqkv.data(), 3 * dl, 1}, {W + bl.w_qkv, 1, 3 * dl}, dln1.data(), d, false);
+        reduce_positions(u, dln1, sv.dln1);
+        layernorm_backward(pool, nl, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), W + bl.ln1_g,
                            dx.data());
     }
     if (t0 == 0) I.retire(mit);  // every slice of the microbatch is through: its caches are done
 
-    if (first_) {
-        std::swap(us.dx0, dx);
+    if (first_) {  // the embedding's gradient: every position, for the vocabulary-parallel rows
+        if (sequence_parallel()) gather_positions(u, dx.data(), us.dx0);
+        else std::swap(us.dx0, dx);
         I.give_buffer(std::move(dx));
         return activation<T>{rows, s, {}};
     }
@@ -715,6 +781,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
     auto& us = uit->second;
     const std::int64_t rows = u.rows(), s = u.tokens(), t0 = u.token_begin;
     const std::int64_t d = cfg.d_model, F = cfg.d_ff() / params_->lay.held.tensor.ranks, dl = attention_width(), n = rows * s;
+    const std::int64_t nl = positions(u).count;  // the LayerNorms' positions here
     T* G = params_->grad.data();
     thread_pool& pool = *pool_;
 
@@ -722,7 +789,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
         const std::int64_t V = vocab_share();
         T* gh = impl_->head_grad.empty() ? G + params_->lay.head : impl_->head_grad.data();
         gemm<T>(pool, V, d, n, {us.dlogits.data(), 1, V}, {us.xf.data(), d, 1}, gh, d, true);
-        layernorm_param_grad(n, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
+        layernorm_param_grad(nl, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
                              G + params_->lay.lnf_g, G + params_->lay.lnf_b);
     }
     for (int l = l1_ - 1; l >= l0_; --l) {
@@ -732,13 +799,13 @@ void part<T>::backward_weight(const tpipe::unit& u)
         col_sum(n, d, sv.dout.data(), G + bl.b_proj);
         gemm<T>(pool, d, F, n, {sv.ln2.data(), 1, d}, {sv.dfc.data(), F, 1}, G + bl.w_fc, F, true);
         col_sum(n, F, sv.dfc.data(), G + bl.b_fc);
-        layernorm_param_grad(n, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), G + bl.ln2_g,
+        layernorm_param_grad(nl, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(), G + bl.ln2_g,
                              G + bl.ln2_b);
         gemm<T>(pool, dl, d, n, {sv.attn.data(), 1, dl}, {sv.dproj.data(), d, 1}, G + bl.w_o, d, true);
         col_sum(n, d, sv.dproj.data(), G + bl.b_o);
         gemm<T>(pool, d, 3 * dl, n, {sv.ln1.data(), 1, d}, {sv.dqkv.data(), 3 * dl, 1}, G + bl.w_qkv, 3 * dl, true);
         col_sum(n, 3 * dl, sv.dqkv.data(), G + bl.b_qkv);
-        layernorm_param_grad(n, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), G + bl.ln1_g,
+        layernorm_param_grad(nl, d, sv.dln1.data(), sv.x.data(), sv.mean1.data(), sv.rstd1.data(), G + bl.ln1_g,
                              G + bl.ln1_b);
     }
     if (first_) {

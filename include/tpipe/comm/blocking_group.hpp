@@ -54,6 +54,16 @@ public:
         call([this, values]() -> task<void> { co_await comm_->all_reduce_sum(values); });
     }
 
+    //! Member r's ring segment r of `values` (tpipe::ring_segment) becomes the group's sum of it,
+    //! in the ring order; the other segments are left unspecified. For communicators that can
+    //! (tpipe::reduce_scatter_communicator).
+    template <reducible T>
+    void reduce_scatter_sum(std::span<T> values)
+        requires reduce_scatter_communicator<Comm>
+    {
+        call([this, values]() -> task<void> { co_await comm_->reduce_scatter_sum(values); });
+    }
+
     //! Every member's ring segment s of `values` (tpipe::ring_segment) copied into segment s
     //! everywhere, in place; for communicators that can (tpipe::reduce_scatter_communicator).
     template <reducible T>

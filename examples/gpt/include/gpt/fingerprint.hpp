@@ -30,4 +30,17 @@ inline std::string fnv_hex(std::uint64_t h)
 //! FNV-1a over the bytes of a float vector, as 16 hex digits.
 inline std::string fnv_hex(const std::vector<float>& v) { return fnv_hex(fnv_update(fnv_offset_basis, v)); }
 
+//! fnv_hex of a vector of `total` floats that `piece(first, count)` returns a piece at a time, so
+//! that the whole vector never exists at once (a tensor-parallel model's shares put together).
+template <class Piece>
+std::string fnv_hex_by_pieces(std::int64_t total, Piece&& piece, std::int64_t size = std::int64_t(1) << 18)
+{
+    std::uint64_t h = fnv_offset_basis;
+    for (std::int64_t at = 0; at < total; at += size) {
+        const std::vector<float> v = piece(at, total - at < size ? total - at : size);
+        h = fnv_update(h, std::span<const float>(v));
+    }
+    return fnv_hex(h);
+}
+
 } // namespace gpt

@@ -60,6 +60,20 @@ struct tensor_split {
     friend bool operator==(const tensor_split&, const tensor_split&) = default;
 };
 
+//! Sequence parallelism's share of a unit (part::set_sequence_parallel): tensor rank `rank` of
+//! `ranks` holds positions [begin, begin + count) of the unit's n = rows x tokens positions
+//! (row-major), per_rank = ceil(n / ranks) of them, the last ranks fewer (or none). The group's
+//! collectives run on a buffer padded to ranks x per_rank positions, whose equal ring segments
+//! (tpipe::ring_segment) are then whole positions, whatever the token slice's length.
+struct sequence_share {
+    std::int64_t begin = 0, count = 0, per_rank = 0;
+    static sequence_share of(std::int64_t n, int ranks, int rank)
+    {
+        const std::int64_t per = (n + ranks - 1) / ranks, begin = std::min(n, per * rank);
+        return {begin, std::min(n, begin + per) - begin, per};
+    }
+};
+
 //! One named parameter tensor inside the flat parameter vector.
 struct tensor_info {
     std::string name;
@@ -223,7 +237,9 @@ public:
 
     //! Sum of the units' loss contributions so far in this iteration (the mean loss once all ran).
     double loss() const { return loss_; }
-    //! Adds privately accumulated gradients (tied head) into params.grad. Call once per iteration.
+    //! Adds privately accumulated gradients (tied head) into params.grad and, under sequence
+    //! parallelism, sums the LayerNorms' gradients over the tensor group (every tensor rank calls
+    //! it). Call once per iteration, after the last backward.
     void flush_grad();
     //! Where this part's parameter gradients are, before flush_grad: its layers' range of
     //! params.grad, the embeddings when first, the final LayerNorm and the head when last (the
@@ -240,6 +256,28 @@ public:
     //! first MLP matrices); the first part once per unit (the embedding lookup), the last three
     //! times forward (the cross-entropy) and once backward. Every tensor rank calls it in the same order.
     void set_tensor_sum(std::function<void(std::span<T>)> sum) { tensor_sum_ = std::move(sum); }
+
+    //! Megatron's sequence parallelism (with tensor ranks > 1 and the group's sum): the LayerNorm
+    //! regions, the residual stream between a row-parallel and a column-parallel layer, are split
+    //! along the unit's positions (sequence_share), so each tensor rank keeps and normalises 1/t
+    //! of them. `reduce_scatter` and `all_gather` act in place on a span of t equal ring segments,
+    //! as tpipe::reduce_scatter_communicator defines them. Where a row-parallel product was summed
+    //! over the group, it is reduce-scattered; before a column-parallel product the positions are
+    //! all-gathered; the backward does the converse (the same bytes as the sums they replace). What
+    //! crosses a stage boundary is this rank's positions only, and the first part gathers its
+    //! input's gradient back for the vocabulary-parallel embedding. The LayerNorms' gradients,
+    //! each rank's over its own positions, are summed over the group in flush_grad(). With token
+    //! slices, each slice's positions are split again among the tensor ranks; each rank still
+    //! keeps the K/V of its own heads at every position (the QKV product reads gathered inputs).
+    void set_sequence_parallel(std::function<void(std::span<T>)> reduce_scatter,
+                               std::function<void(std::span<T>)> all_gather)
+    {
+        reduce_scatter_ = std::move(reduce_scatter);
+        all_gather_ = std::move(all_gather);
+    }
+    bool sequence_parallel() const { return reduce_scatter_ && params_->lay.held.tensor.ranks > 1; }
+    //! This tensor rank's positions of unit `u` (all of them without sequence parallelism).
+    sequence_share positions(const tpipe::unit& u) const;
 
     //! Activation recomputation: a unit keeps only its input to this part from its forward to its
     //! backward, which recomputes the part's forward first: the same inputs, weights and kernels,
@@ -261,13 +299,24 @@ private:
     std::vector<T> embed(const tpipe::unit& u);
     void forward_blocks(const tpipe::unit& u, std::vector<T>& x);
     void sum_over_tensor_group(std::vector<T>& v);
+    //! Where a row-parallel product of `size` values goes before its group sum: `out` itself, or
+    //! under sequence parallelism a workspace (what a rank keeps is 1/t of it).
+    std::vector<T>& partial_for(std::vector<T>& out, std::int64_t size);
+    //! The group's sum of the partial [n x d] product (from partial_for(out, n x d)) into `out`:
+    //! all of it, or this rank's positions only under sequence parallelism.
+    void reduce_positions(const tpipe::unit& u, std::vector<T>& partial, std::vector<T>& out);
+    //! Sequence parallelism: the unit's whole [n x d] into `whole` from this rank's positions.
+    void gather_positions(const tpipe::unit& u, const T* mine, std::vector<T>& whole);
+    //! y (this rank's positions, or all) = LN(x) into `whole` (gathered under sequence parallelism).
+    void norm_positions(const tpipe::unit& u, const T* x, std::int64_t g, std::int64_t b, std::vector<T>& whole,
+                        std::vector<T>& mean, std::vector<T>& rstd);
     //! The attention width of this tensor rank's heads (d_model at one tensor rank).
     std::int64_t attention_width() const { return params_->cfg.d_model / params_->lay.held.tensor.ranks; }
     //! The vocabulary rows of the embedding and head this tensor rank holds: [vocab_begin(), + vocab_share()).
     std::int64_t vocab_share() const { return params_->cfg.vocab / params_->lay.held.tensor.ranks; }
     std::int64_t vocab_begin() const { return vocab_share() * params_->lay.held.tensor.rank; }
     double vocab_parallel_cross_entropy(const tpipe::unit& u, T scale, std::vector<T>& logits);
-    std::function<void(std::span<T>)> tensor_sum_;
+    std::function<void(std::span<T>)> tensor_sum_, reduce_scatter_, all_gather_;
     struct impl;
     std::unique_ptr<impl> impl_;
     parameters<T>* params_;

@@ -137,20 +137,27 @@ public:
     //! The whole model's values (or gradients), zero where another process holds them (--check):
     //! a tensor rank's share in its place, a tensor every tensor rank holds from rank 0 only. Summed
     //! over the processes (each element is one process's), it is the whole model's vector.
-    std::vector<T> whole(bool gradients) const
+    std::vector<T> whole(bool gradients) const { return whole(gradients, 0, whole_size()); }
+    //! Elements [first, first + count) of whole(gradients), without building the rest.
+    std::vector<T> whole(bool gradients, std::int64_t first, std::int64_t count) const
     {
-        std::vector<T> out(static_cast<std::size_t>(layout(cfg_).total), T(0));
+        std::vector<T> out(static_cast<std::size_t>(count), T(0));
         for (const auto& s : states_) {
             if (!s) continue;
             const auto& v = gradients ? s->params.grad : s->params.value;
-            for (const auto& t : s->params.lay.tensors)
-                if (!t.tied_copy && !t.replica_copy)
-                    for (std::int64_t i = 0; i < t.size(); ++i)
-                        out[static_cast<std::size_t>(t.global_offset + t.whole_index(i, tensor_))] =
-                            v[static_cast<std::size_t>(t.offset + i)];
+            for (const auto& t : s->params.lay.tensors) {
+                if (t.tied_copy || t.replica_copy || t.global_offset >= first + count ||
+                    t.global_offset + t.whole_size(tensor_) <= first)
+                    continue;
+                for (std::int64_t i = 0; i < t.size(); ++i)
+                    if (const std::int64_t at = t.global_offset + t.whole_index(i, tensor_) - first; at >= 0 && at < count)
+                        out[static_cast<std::size_t>(at)] = v[static_cast<std::size_t>(t.offset + i)];
+            }
         }
         return out;
     }
+    //! The whole model's parameter count (the size of whole()).
+    std::int64_t whole_size() const { return layout(cfg_).total; }
     const tensor_split& tensor() const { return tensor_; }
     //! Parameters held here, counted once (a tied copy is not).
     std::int64_t held_parameters() const
