@@ -139,9 +139,7 @@ struct replica {
     template <class Pipeline, class All>
     tpipe::task<void> step_stages(Pipeline over_pipeline, All over_all)
     {
-        std::vector<float> tied = state->tied_share();
-        co_await over_pipeline(std::span<float>(tied));
-        state->set_tied(tied);  // before the squares: the embedding's count e + h
+        if (auto* tie = state->tie()) co_await tie->sum_with(over_pipeline);  // before the squares: the embedding's count e + h
         auto squares = state->squares();
         co_await over_all(squares.digits());
         state->step(squares);

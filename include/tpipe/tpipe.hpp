@@ -44,3 +44,4 @@
 #include "tpipe/slice/spec.hpp"
 #include "tpipe/state/checkpoint_reader.hpp"
 #include "tpipe/state/checkpoint_writer.hpp"
+#include "tpipe/state/tied_gradient.hpp"

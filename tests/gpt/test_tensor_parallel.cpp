@@ -68,7 +68,7 @@ tp_run run_tensor_parallel(const gpt::config& cfg, const gpt::batch& b, const tp
                 // A loop per stage: a stage blocked in its group's sum must not hold a loop another needs.
                 tpipe::cpu_engine engine(K, tpipe::cpu_engine::options{.threads = K});
                 losses[static_cast<std::size_t>(k)] = model.step(b, prog, engine);
-                st->set_tied(st->tied_share());
+                if (auto* tie = st->tie()) tie->sum_here();
                 auto squares = st->squares();
                 tpipe::thread_communicator c = clip.member(k);
                 tpipe::sync_wait([](tpipe::thread_communicator& c, std::span<std::int64_t> v) -> tpipe::task<void> {

@@ -8,13 +8,17 @@
 //   bits on threads, over MPI, for every cut and for every sharding of the optimizer;
 // - a tied LM head: the first stage holds the embedding, the last a copy of it as its head; after
 //   the backward the two gradients are summed (embedding + head, the whole model's order) into
-//   both copies, as Megatron does, so the copies take the same steps and stay equal.
+//   both copies by a tpipe::tied_gradient, as Megatron does, so the copies take the same steps
+//   and stay equal.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <tpipe/state/tied_gradient.hpp>
 
 #include "gpt/model.hpp"
 
@@ -49,6 +53,13 @@ public:
             s->params.init(seed);
             states_.push_back(std::move(s));
         }
+        if (tied_across_stages()) {  // the embedding rows this tensor rank holds (all of them at one rank)
+            // [snippet:tie]
+            tie_.emplace(std::vector<int>{0, stages - 1}, static_cast<std::size_t>(cfg_.vocab / tensor_.ranks * cfg_.d_model));
+            for (int i : {0, stages - 1})
+                if (holds(i)) tie_->hold(i, std::span<T>(embedding_grad(i), tie_->size()));
+            // [/snippet]
+        }
     }
 
     int stages() const { return static_cast<int>(states_.size()); }
@@ -76,38 +87,19 @@ public:
 
     //! Whether the head is tied and held by two stages (more than one stage).
     bool tied_across_stages() const { return cfg_.tied && stages() > 1; }
-    //! This process's share of the tied gradient: embedding (first stage) + head (last stage),
-    //! whichever are here, zeros when neither (empty unless tied_across_stages()). Summed over
-    //! the processes of one pipeline, it is the whole model's embedding gradient.
-    std::vector<T> tied_share() const
-    {
-        if (!tied_across_stages()) return {};
-        // The embedding rows this tensor rank holds (all of them at one rank).
-        const std::size_t n = static_cast<std::size_t>(cfg_.vocab / tensor_.ranks) * static_cast<std::size_t>(cfg_.d_model);
-        std::vector<T> out(n, T(0));
-        if (holds(0)) std::copy_n(embedding_grad(0), n, out.begin());
-        if (holds(stages() - 1)) {
-            const T* h = embedding_grad(stages() - 1);
-            for (std::size_t i = 0; i < n; ++i) out[i] += h[i];  // e + h, as the whole model's flush adds
-        }
-        return out;
-    }
-    //! Writes the summed tied gradient into the first and last stage's copies held here.
-    void set_tied(const std::vector<T>& sum)
-    {
-        if (!tied_across_stages()) return;
-        for (int i : {0, stages() - 1})
-            if (holds(i)) std::copy(sum.begin(), sum.end(), embedding_grad(i));
-    }
+    //! The tied LM head's gradient: the first stage's embedding and the last stage's head,
+    //! whichever are here (null unless tied_across_stages()). Summed before the step (over the
+    //! pipeline's processes when they are elsewhere), it is the whole model's embedding gradient.
+    tpipe::tied_gradient<T>* tie() { return tie_ ? &*tie_ : nullptr; }
 
     //! After a backward with every stage here (threads): syncs the tied copies and steps each
-    //! stage with the global norm. Over processes, sum tied_share() and squares() over the
-    //! pipeline's processes and call set_tied() and step(squares) instead.
+    //! stage with the global norm. Over processes, sum tie() and squares() over the pipeline's
+    //! processes and call step(squares) instead.
     void step()
     {
         for (const auto& s : states_)
             if (!s) throw std::logic_error("stage_states::step(): a stage runs elsewhere; reduce over the processes");
-        set_tied(tied_share());
+        if (tie_) tie_->sum_here();
         step(squares());
     }
     void step(const square_sum& all_squares)
@@ -183,6 +175,7 @@ private:
     config cfg_;
     tensor_split tensor_;
     std::vector<std::unique_ptr<state>> states_;
+    std::optional<tpipe::tied_gradient<T>> tie_;  //!< the tied head's copies held here
 };
 
 } // namespace gpt
