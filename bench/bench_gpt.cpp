@@ -1,4 +1,4 @@
-// The reference GPT (examples/gpt) on CPU threads: whole training steps (forward + backward +
+// The reference GPT (apps/gpt) on CPU threads: whole training steps (forward + backward +
 // AdamW) per model, per slicing and per thread count, and its kernels alone at the models' shapes.
 // The PyTorch twin of the same steps is bench/gpt_torch.py; bench/gpt_vs_torch.sh runs both in one
 // window and prints the table of docs/gpt.md.

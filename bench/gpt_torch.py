@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch twin of the reference GPT's training step, the peer of bench/bench_gpt.cpp.
 
-Same model as examples/gpt (and tests/gpt/torch_oracle.py): token + learned position embedding,
+Same model as apps/gpt (and tests/gpt/torch_oracle.py): token + learned position embedding,
 pre-LayerNorm blocks (causal multi-head attention through scaled_dot_product_attention, tanh
 GELU MLP), final LayerNorm, head tied to the token embedding, mean softmax cross-entropy; AdamW
 (lr 1e-3, betas 0.9/0.95, eps 1e-8, decay 0.1 on matrices and embeddings only) after clipping the

@@ -7,7 +7,7 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-30}
-gpt=$build/examples/gpt/train_gpt
+gpt=$build/apps/gpt/train_gpt
 mpirun=(mpirun --oversubscribe --allow-run-as-root)
 model="--layers 4 --d-model 128 --heads 4 --seq-len 128 --batch 4 --steps $steps --json"
 median() {  # median step_s over the steps after the first 5, and tokens/s of one step

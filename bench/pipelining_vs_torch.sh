@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tpipe's pipelining of libtorch modules against PyTorch's own (torch.distributed.pipelining),
 # with the same kernels: train_libtorch_gpt built against the PyPI wheel's libtorch, the library
-# PyTorch's pipelining runs on. Same GPT shape (examples/libtorch_gpt/gpt.hpp and its twin.py),
+# PyTorch's pipelining runs on. Same GPT shape (apps/libtorch_gpt/gpt.hpp and its twin.py),
 # 2 processes x 1 intra-op thread, equal microbatches, AdamW, no gradient clipping on either side.
 # tpipe runs over MPI (mpirun -np 2 ... --transport mpi), PyTorch over gloo
 # (bench/torch_pipelining.py). Each schedule runs tpipe then PyTorch back to back, `rounds` times
@@ -33,7 +33,7 @@ fi
   { echo "pipelining_vs_torch.sh: $py cannot import torch.distributed.pipelining (set TORCH_PYTHON to a Python with torch >= 2.4)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "pipelining_vs_torch.sh: no mpirun (tpipe's side runs over MPI)" >&2; exit 1; }
 
-bin=$build/examples/libtorch_gpt/train_libtorch_gpt
+bin=$build/apps/libtorch_gpt/train_libtorch_gpt
 torch_dir=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 if [ ! -x "$bin" ]; then
   echo "pipelining_vs_torch.sh: building train_libtorch_gpt against $torch_dir in $build" >&2

@@ -8,7 +8,7 @@ set -euo pipefail
 build=${1:-build}
 rounds=${2:-5}
 here=$(cd "$(dirname "$0")" && pwd)
-train=$build/examples/gpt/train_gpt
+train=$build/apps/gpt/train_gpt
 [ -x "$train" ] || { echo "predictions.sh: no $train (build the train_gpt target)" >&2; exit 1; }
 echo "$(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 out=$(mktemp)

@@ -10,7 +10,7 @@
 #   bash bench/tensor_parallel.sh [build dir] [extra train_gpt flags]
 set -euo pipefail
 build=${1:-build}; shift || true
-gpt=$build/examples/gpt/train_gpt
+gpt=$build/apps/gpt/train_gpt
 mpi=(mpiexec --oversubscribe); [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 shape="--layers 4 --d-model 256 --heads 8 --seq-len 256 --batch 8 --steps 12 --slicer microbatch:4 --threads 2 --json"
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT

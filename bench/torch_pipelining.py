@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The libtorch GPT's PyTorch twin (examples/libtorch_gpt/twin.py) trained by PyTorch's own
+"""The libtorch GPT's PyTorch twin (apps/libtorch_gpt/twin.py) trained by PyTorch's own
 pipelining (torch.distributed.pipelining: PipelineStage and a schedule) over gloo, one process
 per rank, for the tokens/s beside train_libtorch_gpt's pipelined runs (bench/pipelining_vs_torch.sh).
 

@@ -1,5 +1,5 @@
-# Tests of the reference GPT (examples/gpt). Included from tests/CMakeLists.txt.
-# tpipe_gpt and train_gpt are defined later (examples/ is added after tests/); they are linked
+# Tests of the reference GPT (apps/gpt). Included from tests/CMakeLists.txt.
+# tpipe_gpt and train_gpt are defined later (apps/ is added after tests/); they are linked
 # and run by name, which CMake resolves when it generates the build.
 if(TPIPE_BUILD_EXAMPLES)
   file(GLOB gpt_test_sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/gpt/test_*.cpp)

@@ -1,11 +1,11 @@
 # Tests of the libtorch adapter (include/tpipe/adapters/libtorch.hpp) and its example
-# (examples/libtorch_gpt). Included from tests/CMakeLists.txt; tpipe_libtorch_gpt and
-# train_libtorch_gpt are defined later (examples/ is added after tests/) and used by name.
+# (apps/libtorch_gpt). Included from tests/CMakeLists.txt; tpipe_libtorch_gpt and
+# train_libtorch_gpt are defined later (apps/ is added after tests/) and used by name.
 if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
   add_executable(tpipe_tests_libtorch libtorch/test_libtorch.cpp)
   target_link_libraries(tpipe_tests_libtorch PRIVATE tpipe_catch_main tpipe_libtorch_gpt)
   target_compile_definitions(tpipe_tests_libtorch PRIVATE
-    TPIPE_TEST_CORPUS="${PROJECT_SOURCE_DIR}/examples/gpt/data/tiny_corpus.txt")
+    TPIPE_TEST_CORPUS="${PROJECT_SOURCE_DIR}/apps/gpt/data/tiny_corpus.txt")
   add_test(NAME libtorch COMMAND tpipe_tests_libtorch)
   set_tests_properties(libtorch PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # Gradients on stage threads: tied parameters, leaves outside a stage's list, the slicing check.

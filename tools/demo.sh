@@ -29,13 +29,13 @@ section "3. A 1F1B iteration run on CPU threads (stages spin 1 ms per action): s
 "$plan" run --schedule 1f1b --stages 2 --microbatches 4 --spin-us 1000
 
 section "4. The reference GPT (4 layers, d=128, byte-level corpus) trained for 100 steps with a TeraPipe-planned token-level 1F1B pipeline on 2 CPU threads, checked against the same training without a pipeline"
-"$build/examples/gpt/train_gpt" --stages 2 --schedule terapipe-1f1b --slicer terapipe --batch 1 --seq-len 256 --steps 100 --check
+"$build/apps/gpt/train_gpt" --stages 2 --schedule terapipe-1f1b --slicer terapipe --batch 1 --seq-len 256 --steps 100 --check
 
 section "5. PipeTransformer: the reference GPT (4 layers, d=64) trained elastically for 3 epochs on 2 CPU threads: layers freeze every epoch, the pipeline shortens, the freed device becomes a data-parallel replica (one line per re-plan), then the same run without freezing"
 mkdir -p "$build/demo"
 elastic=(--elastic --untied --layers 4 --d-model 64 --heads 4 --seq-len 64 --batch 8 --devices 2 --epochs 3 --alpha 0.5)
-"$build/examples/gpt/train_gpt" "${elastic[@]}" | tee "$build/demo/elastic.txt"
-"$build/examples/gpt/train_gpt" "${elastic[@]}" --max-frozen 0 >"$build/demo/elastic_no_freezing.txt"
+"$build/apps/gpt/train_gpt" "${elastic[@]}" | tee "$build/demo/elastic.txt"
+"$build/apps/gpt/train_gpt" "${elastic[@]}" --max-frozen 0 >"$build/demo/elastic_no_freezing.txt"
 rate() { sed -n 's/^elastic run: \([0-9.e+]*\) samples\/s.*/\1/p' "$1"; }
 predicted() { sed -n 's/^elastic run: .*(predicted \([0-9]*\)).*/\1/p' "$1"; }
 awk -v a="$(rate "$build/demo/elastic.txt")" -v b="$(rate "$build/demo/elastic_no_freezing.txt")" \

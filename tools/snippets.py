@@ -3,7 +3,7 @@
 
 In a doc (docs/*.md and README.md), a fenced block right after a marker line
 
-    <!-- snippet: examples/libtorch_gpt/training.cpp#step -->
+    <!-- snippet: apps/libtorch_gpt/training.cpp#step -->
 
 must hold the lines of that file between `// [snippet:step]` and `// [/snippet]` (dedented).
     tools/snippets.py           check every doc; exit 1 naming each block that drifted

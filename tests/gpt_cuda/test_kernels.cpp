@@ -270,7 +270,7 @@ TEST_CASE("embedding forward and backward equal the CPU part's gather and scatte
     auto gte_ref = gte, gpe_ref = gpe;
     gpt::cuda::embedding_backward(ex, u, cview(inputs, {B, Lb}), cview(dx, {n, d}), view(gte, {V, d}),
                                   view(gpe, {P, d}));
-    // The CPU part's loops (examples/gpt/src/model.cpp, forward and backward_weight of the first part).
+    // The CPU part's loops (apps/gpt/src/model.cpp, forward and backward_weight of the first part).
     for (std::int64_t r = 0; r < u.rows; ++r)
         for (std::int64_t i = 0; i < u.s; ++i) {
             const std::int32_t tok = inputs[(u.row_begin + r) * Lb + u.t0 + i];

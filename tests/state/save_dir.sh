@@ -7,7 +7,7 @@
 #   save_dir.sh TRAIN_GPT [MPIEXEC "MPIEXEC_FLAGS"]
 set -u
 train=$1 mpiexec=${2:-} mpiflags=${3:-}
-data=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../examples/gpt/data" && pwd)/tiny_corpus.txt  # train_gpt's default --data
+data=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../apps/gpt/data" && pwd)/tiny_corpus.txt  # train_gpt's default --data
 work=$(mktemp -d)
 chmod 755 "$work"  # the mode-000 check runs as nobody
 trap 'rm -rf "$work"' EXIT

@@ -133,7 +133,7 @@ double predicted_peak_bytes(const options& o, const std::vector<std::unique_ptr<
     return bytes;
 }
 
-//! --device cuda: the CUDA GPT (examples/gpt/cuda) under the same schedule, slicing and data.
+//! --device cuda: the CUDA GPT (apps/gpt/cuda) under the same schedule, slicing and data.
 int train_on_cuda(const options& o, const std::string& text)
 {
 #ifdef TPIPE_GPT_CUDA

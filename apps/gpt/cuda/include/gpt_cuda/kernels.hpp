@@ -11,7 +11,7 @@
 // gpt_cuda/serial.hpp is the host executor (the CPU tests run the bodies through it and compare
 // them with the CPU GPT's kernels); src/kernels.cu holds the device executor. No CUDA header.
 //
-// Semantics follow gpt/kernels.hpp (examples/gpt), in float: LayerNorm keeps mean and 1/std per
+// Semantics follow gpt/kernels.hpp (apps/gpt), in float: LayerNorm keeps mean and 1/std per
 // row, GELU is the tanh form, the attention softmax is causal over a K/V-cached slice, softmax
 // cross-entropy turns logits into (softmax - onehot) * scale in place.
 #include <cmath>

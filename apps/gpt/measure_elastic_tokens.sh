@@ -3,7 +3,7 @@
 # TeraPipe alone, PipeTransformer alone, both -- with the same model, data, global batch, steps
 # and seed, one train_gpt --elastic run each. Usage: measure_elastic_tokens.sh [path/to/train_gpt]
 set -u
-gpt=${1:-build/examples/gpt/train_gpt}
+gpt=${1:-build/apps/gpt/train_gpt}
 common=(--elastic --untied --layers 6 --d-model 32 --heads 2 --seq-len 128 --batch 2 --devices 2 --epochs 2 --alpha 0.5 --json)
 for c in none terapipe pipetransformer both; do
   extra=()

@@ -33,7 +33,7 @@
 #include <tpipe/exec/fingerprint.hpp>
 
 #ifndef TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS
-#define TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
+#define TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS "apps/gpt/data/tiny_corpus.txt"
 #endif
 
 namespace {
@@ -58,7 +58,7 @@ const char* usage_text =
     "  --transport T     threads (default): a CPU thread per stage; mpi: an MPI process per stage\n"
     "                    (mpirun -np P); none: plain libtorch, no tpipe\n"
     "  --threads N       libtorch intra-op threads per process (default: libtorch's)\n"
-    "  --data FILE       training text, bytes are tokens (default: examples/gpt's tiny corpus)\n"
+    "  --data FILE       training text, bytes are tokens (default: apps/gpt's tiny corpus)\n"
     "  --check-slicing   first check that token slices give each stage's unsliced outputs (names the stage)\n"
     "  --mpi-progress on|off   --transport mpi: the MPI progress thread (default: on only where the node\n"
     "                    has more cores than processes)\n"

@@ -1,6 +1,6 @@
 #pragma once
 // The CUDA GPT's model, written once over a backend B: gpt::part's semantics
-// (examples/gpt/include/gpt/model.hpp) with parameters, gradients, activations and K/V caches in
+// (apps/gpt/include/gpt/model.hpp) with parameters, gradients, activations and K/V caches in
 // B's buffers, float32.
 //
 // The same parameter layout (gpt::layout, one flat vector), the same unit of work (a tpipe::unit:

@@ -11,7 +11,7 @@
 #include "gpt/model.hpp"
 
 #ifndef TPIPE_GPT_DEFAULT_CORPUS
-#define TPIPE_GPT_DEFAULT_CORPUS "examples/gpt/data/tiny_corpus.txt"
+#define TPIPE_GPT_DEFAULT_CORPUS "apps/gpt/data/tiny_corpus.txt"
 #endif
 
 namespace train_gpt {
