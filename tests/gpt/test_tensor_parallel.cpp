@@ -97,9 +97,22 @@ tp_run run_tensor_parallel(const gpt::config& cfg, const gpt::batch& b, const tp
     return out;
 }
 
-} // namespace
+//! The model at t = 1, not pipelined: one step's loss and gradients, and its AdamW step's values.
+tp_run reference_run(const gpt::config& cfg, const gpt::batch& b)
+{
+    gpt::parameters<float> whole(cfg);
+    whole.init(7);
+    tp_run out;
+    out.loss = gpt::full_step(whole, b);
+    out.grads = whole.grad;
+    gpt::adamw<float> opt(whole, {});
+    opt.step(whole);
+    out.values = whole.value;
+    return out;
+}
 
-TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equals the model at t = 1", "[gpt][tensor]")
+//! 4 heads and a vocabulary of 16: t = 2 and 4 divide both.
+gpt::config tensor_config()
 {
     gpt::config cfg = gpt_test::tiny_config();
     cfg.heads = 4;
@@ -107,6 +120,14 @@ TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equa
     cfg.seq_len = 12;
     cfg.layers = 3;
     cfg.vocab = 16;  // the embedding and the head are vocabulary-parallel: t divides it
+    return cfg;
+}
+
+} // namespace
+
+TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equals the model at t = 1", "[gpt][tensor]")
+{
+    gpt::config cfg = tensor_config();
     const auto b = gpt_test::random_batch(cfg, 4, 12, 3);
 
     struct shape {
@@ -126,17 +147,12 @@ TEST_CASE("the GPT tensor-parallel over t ranks and pipelined over K stages equa
     for (const auto& s : shapes) {
         CAPTURE(s.t, s.K, s.schedule, s.recompute, s.tied);
         cfg.tied = s.tied;
-        gpt::parameters<float> whole(cfg);
-        whole.init(7);
-        const double loss = gpt::full_step(whole, b);
-        gpt::adamw<float> opt(whole, {});
-        const std::vector<float> grads = whole.grad;
-        opt.step(whole);
+        const tp_run want = reference_run(cfg, b);
         const tp_run got = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute);
         // Seen: loss <= 4e-9, gradients <= 1.7e-7, stepped weights <= 5e-8 relative (float epsilon 1.2e-7).
-        CHECK(std::abs(got.loss - loss) / loss < 1e-7);
-        CHECK(gpt_test::rel_err(got.grads, grads) < 1e-6);
-        CHECK(gpt_test::rel_err(got.values, whole.value) < 1e-6);
+        CHECK(std::abs(got.loss - want.loss) / want.loss < 1e-7);
+        CHECK(gpt_test::rel_err(got.grads, want.grads) < 1e-6);
+        CHECK(gpt_test::rel_err(got.values, want.values) < 1e-6);
     }
 }
 
@@ -158,12 +174,7 @@ TEST_CASE("a GPT tensor-parallel part refuses a split that does not divide, and 
 TEST_CASE("sequence parallelism splits the LayerNorm regions along each unit's positions, and trains as the sums do",
           "[gpt][tensor]")
 {
-    gpt::config cfg = gpt_test::tiny_config();
-    cfg.heads = 4;
-    cfg.d_model = 16;
-    cfg.seq_len = 12;
-    cfg.layers = 3;
-    cfg.vocab = 16;
+    const gpt::config cfg = tensor_config();
     const auto b = gpt_test::random_batch(cfg, 4, 12, 5);
 
     // The share: ceil(n / t) positions each, the last ranks fewer or none.
@@ -187,12 +198,7 @@ TEST_CASE("sequence parallelism splits the LayerNorm regions along each unit's p
     };
     for (const auto& s : shapes) {
         CAPTURE(s.t, s.K, s.schedule, s.recompute);
-        gpt::parameters<float> whole(cfg);
-        whole.init(7);
-        const double loss = gpt::full_step(whole, b);
-        gpt::adamw<float> opt(whole, {});
-        const std::vector<float> grads = whole.grad;
-        opt.step(whole);
+        const tp_run want = reference_run(cfg, b);
         const tp_run sums = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute);
         const tp_run seq = run_tensor_parallel(cfg, b, s.units, s.t, s.K, s.schedule, s.recompute, true);
         // A reduce-scatter then an all-gather is the ring's all-reduce, bit for bit, where the
@@ -200,9 +206,9 @@ TEST_CASE("sequence parallelism splits the LayerNorm regions along each unit's p
         // Every activation is then the same: the loss is, and only the LayerNorms' gradients
         // differ (each rank's sum over its own positions, then the group's sum).
         if (s.t == 2) CHECK(seq.loss == sums.loss);
-        CHECK(std::abs(seq.loss - loss) / loss < 1e-7);
-        CHECK(gpt_test::rel_err(seq.grads, grads) < 1e-6);
-        CHECK(gpt_test::rel_err(seq.values, whole.value) < 1e-6);
+        CHECK(std::abs(seq.loss - want.loss) / want.loss < 1e-7);
+        CHECK(gpt_test::rel_err(seq.grads, want.grads) < 1e-6);
+        CHECK(gpt_test::rel_err(seq.values, want.values) < 1e-6);
         CHECK(gpt_test::rel_err(seq.grads, sums.grads) < 1e-6);
     }
 }
