@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "tpipe/comm/reduction_order.hpp"
-#include "tpipe/exec/payload_pool.hpp"
+#include "tpipe/transport/payload_pool.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/mpi/channel.hpp"

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/exec/any_channel.hpp"
+#include "tpipe/transport/any_channel.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/lower.hpp"

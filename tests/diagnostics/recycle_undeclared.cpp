@@ -1,12 +1,12 @@
 // Must not compile: payload traits with a recycle() but without declaring the capability.
-// Recycling is an explicit opt-in (tpipe/exec/recyclable_payload.hpp); the message must name the
+// Recycling is an explicit opt-in (tpipe/transport/recyclable_payload.hpp); the message must name the
 // payload and the declaration expected (tests/CMakeLists.txt checks it).
 #include <array>
 #include <cstddef>
 #include <span>
 #include <utility>
 
-#include "tpipe/exec/recyclable_payload.hpp"
+#include "tpipe/transport/recyclable_payload.hpp"
 
 struct undeclared_bytes {
     std::array<std::byte, 8> b{};

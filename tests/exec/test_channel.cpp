@@ -8,10 +8,10 @@
 #include <thread>
 #include <vector>
 
-#include "tpipe/exec/any_channel.hpp"
-#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/transport/any_channel.hpp"
+#include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/engine.hpp"
-#include "tpipe/exec/local_channel.hpp"
+#include "tpipe/transport/local_channel.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/async/when_all.hpp"

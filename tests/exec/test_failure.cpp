@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "pipes.hpp"
-#include "tpipe/exec/composed_transport.hpp"
+#include "tpipe/transport/composed_transport.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"

@@ -5,9 +5,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "tpipe/exec/payload_pool.hpp"
-#include "tpipe/exec/payload_traits.hpp"
-#include "tpipe/exec/recyclable_payload.hpp"
+#include "tpipe/transport/payload_pool.hpp"
+#include "tpipe/transport/payload_traits.hpp"
+#include "tpipe/transport/recyclable_payload.hpp"
 
 using bytes = std::vector<std::byte>;
 

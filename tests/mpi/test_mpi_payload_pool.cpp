@@ -1,12 +1,12 @@
 // tpipe::mpi::channel with a recyclable payload (std::vector): once a send completed, its body
-// serves the next receive of that size on the same process (tpipe/exec/payload_pool.hpp).
+// serves the next receive of that size on the same process (tpipe/transport/payload_pool.hpp).
 #include <catch2/catch.hpp>
 
 #include <cstddef>
 #include <vector>
 
 #include "mpi_suite.hpp"
-#include "tpipe/exec/payload_pool.hpp"
+#include "tpipe/transport/payload_pool.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 #include "tpipe/mpi/channel.hpp"

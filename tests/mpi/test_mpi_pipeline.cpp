@@ -17,7 +17,7 @@
 #include "mpi_suite.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"
-#include "tpipe/exec/composed_transport.hpp"
+#include "tpipe/transport/composed_transport.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/transport.hpp"
 #include "tpipe/schedule/csv.hpp"

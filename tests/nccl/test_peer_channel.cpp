@@ -17,7 +17,7 @@
 #include "tpipe/cuda/basic_peer_transport.hpp"
 #include "tpipe/cuda/driver_copier.hpp"
 #include "tpipe/cuda/event_pool.hpp"
-#include "tpipe/exec/composed_transport.hpp"
+#include "tpipe/transport/composed_transport.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"

@@ -1,6 +1,6 @@
 #pragma once
 // What co_await accepts, as concepts: the channels', communicators' and engines' operations are
-// checked against them (exec/channel.hpp, comm/communicator.hpp, exec/engine.hpp).
+// checked against them (transport/channel.hpp, comm/communicator.hpp, exec/engine.hpp).
 #include <concepts>
 #include <coroutine>
 #include <type_traits>

@@ -5,7 +5,7 @@
 // which moves the payload between ranks on one GPU and copies it (cudaMemcpyPeerAsync on the
 // receiver's transfer stream) between GPUs. It makes no channel to another process.
 // tpipe::cuda::peer_transport (tpipe/cuda/peer_transport.hpp) is it over the CUDA runtime. Joined
-// with NCCL between processes by tpipe::composed_transport (tpipe/exec/composed_transport.hpp).
+// with NCCL between processes by tpipe::composed_transport (tpipe/transport/composed_transport.hpp).
 //
 //   tpipe::cuda::engine eng({.gpu_of_device = {0, 1}});
 //   auto x = tpipe::cuda::make_peer_transport(eng, {0, 1}, {&pool0, &pool1});  // rank r on device r
@@ -19,8 +19,8 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/peer_channel.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
-#include "tpipe/exec/local_connecting_transport.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/local_connecting_transport.hpp"
+#include "tpipe/transport/transport.hpp"
 
 namespace tpipe::cuda {
 
@@ -49,7 +49,7 @@ public:
     }
 
     bool runs(int) const noexcept { return true; }
-    //! The channel of a boundary whose two ranks run here (tpipe/exec/local_connecting_transport.hpp).
+    //! The channel of a boundary whose two ranks run here (tpipe/transport/local_connecting_transport.hpp).
     template <class T>
         requires device_payload<T, Pool>
     std::unique_ptr<channel_type<T>> connect_local(const endpoint& e)

@@ -32,7 +32,7 @@
 #include "tpipe/cuda/cuda_error.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/cuda/peer_payload.hpp"
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"

@@ -2,7 +2,7 @@
 // tpipe::cuda::device_payload_traits<T>: how a stage payload whose body lives in GPU memory
 // crosses a boundary by a device copy (tpipe/cuda/peer_channel.hpp) or NCCL
 // (tpipe/nccl/basic_channel.hpp): the device-memory counterpart of tpipe::payload_traits
-// (tpipe/exec/payload_traits.hpp). No CUDA include. A payload travels as
+// (tpipe/transport/payload_traits.hpp). No CUDA include. A payload travels as
 //
 //   header  a small trivially copyable value describing the shape (at most
 //           max_device_header_bytes), sent first, so that the receiver can allocate;
@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <span>
 
-#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/transport/payload_traits.hpp"
 
 namespace tpipe::cuda {
 

@@ -9,7 +9,7 @@
 //   } else x = run_layers(embed(id), 0, F);
 //   cache.put(id, F, x);                        // replaces the entry's older level
 //
-// - Payloads are any tpipe::byte_payload (tpipe/exec/payload_traits.hpp): the header and the
+// - Payloads are any tpipe::byte_payload (tpipe/transport/payload_traits.hpp): the header and the
 //   bytes are stored, make(header) and a copy of the bytes rebuild the value, so a hit is bitwise
 //   the value that was put.
 // - One entry per sample: a put at a higher level replaces the lower one (an older level is only
@@ -48,7 +48,7 @@
 #include <unistd.h>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/transport/payload_traits.hpp"
 
 namespace tpipe::elastic {
 

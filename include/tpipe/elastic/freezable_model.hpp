@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "tpipe/exec/gradients.hpp"
-#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/transport/payload_traits.hpp"
 #include "tpipe/exec/pipeline.hpp"
 #include "tpipe/exec/run_options.hpp"
 

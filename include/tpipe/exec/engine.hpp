@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/loop.hpp"
 
 namespace tpipe {

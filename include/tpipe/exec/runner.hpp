@@ -15,7 +15,7 @@
 //
 // SPMD: with a transport whose ranks are spread over processes (tpipe::mpi::transport), every
 // process builds the same pipeline and program and runs only its own ranks; the boundaries
-// between ranks of different processes get the transport's channels (tpipe/exec/transport.hpp).
+// between ranks of different processes get the transport's channels (tpipe/transport/transport.hpp).
 //
 // I/O (see tpipe/exec/stage.hpp): `source(u)` makes the first stage's input; `output_grad(u, out)`
 // receives the last stage's output and returns the gradient that seeds its backward (without
@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/detail/boundary.hpp"
 #include "tpipe/exec/detail/placement.hpp"
 #include "tpipe/exec/detail/program_fit.hpp"
@@ -68,7 +68,7 @@
 #include "tpipe/exec/run_options.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/async/task.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/transport.hpp"
 #include "tpipe/schedule/lower.hpp"
 #include "tpipe/schedule/program.hpp"
 #include "tpipe/schedule/schedule.hpp"

@@ -34,12 +34,9 @@
 #include <type_traits>
 
 #include "tpipe/core/unit.hpp"
+#include "tpipe/transport/payload.hpp"
 
 namespace tpipe {
-
-//! A payload moved between stages: an object type that can be moved (copies are never made).
-template <class T>
-concept payload = std::is_object_v<T> && std::move_constructible<T> && std::is_nothrow_destructible_v<T>;
 
 namespace detail {
 template <class S>

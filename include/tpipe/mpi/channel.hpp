@@ -1,6 +1,6 @@
 #pragma once
 // tpipe::mpi::channel<T>: a tpipe::channel between ranks of different MPI processes. A payload
-// travels as two messages (tpipe/exec/payload_traits.hpp): its header (shape), then its body,
+// travels as two messages (tpipe/transport/payload_traits.hpp): its header (shape), then its body,
 // received in place into the object that payload_traits<T>::make(header) builds.
 //
 // Receiving end: post(tag) posts the header's MPI_Irecv, early (the runner posts every receive
@@ -34,12 +34,12 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"
-#include "tpipe/exec/payload_traits.hpp"
-#include "tpipe/exec/recyclable_payload.hpp"
+#include "tpipe/transport/payload_traits.hpp"
+#include "tpipe/transport/recyclable_payload.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/mpi/request.hpp"
@@ -50,7 +50,7 @@ template <class T>
 class channel final : private detail::progress_hook {
     static_assert(byte_payload<T>,
                   "tpipe::mpi::channel: this stage payload type has no byte form, so it cannot cross processes; "
-                  "specialise tpipe::payload_traits<T> for it (see tpipe/exec/payload_traits.hpp)");
+                  "specialise tpipe::payload_traits<T> for it (see tpipe/transport/payload_traits.hpp)");
     static_assert(tpipe::detail::check_recyclable_payload<T>());  // recycling declared, or a sentence
 
 public:

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/transport.hpp"
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/channel.hpp"

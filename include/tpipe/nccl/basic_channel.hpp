@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/channel.hpp"
+#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
 #include "tpipe/async/polled_awaiter.hpp"

@@ -21,7 +21,7 @@
 // process share the communicators, and a receive one of them waits in holds back the sends of the
 // others on the same communicator. Boundaries inside a process are not NCCL's: the runner gives
 // them a local channel, or, with tpipe::composed_transport<nccl::transport, cuda::peer_transport>
-// (tpipe/exec/composed_transport.hpp), peer copies between the process's GPUs; then only the
+// (tpipe/transport/composed_transport.hpp), peer copies between the process's GPUs; then only the
 // ranks at a process's edges use NCCL.
 #include <memory>
 #include <mutex>
@@ -30,7 +30,7 @@
 #include <utility>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/transport.hpp"
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/nccl/api.hpp"
 #include "tpipe/nccl/basic_channel.hpp"

@@ -15,7 +15,7 @@
 
 #include <tpipe/comm/reduction_order.hpp>
 #include <tpipe/exec/gradients.hpp>
-#include <tpipe/exec/payload_traits.hpp>
+#include <tpipe/transport/payload_traits.hpp>
 #include <tpipe/exec/run.hpp>
 
 #include "gpt/model.hpp"

@@ -9,7 +9,7 @@
 #include <torch/nn.h>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/transport/payload_traits.hpp"
 #include "tpipe/adapters/libtorch/tensor_spec.hpp"
 
 //! A tensor crossing processes: dtype and shape as the header, the contiguous bytes as the body

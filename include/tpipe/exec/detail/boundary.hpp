@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/any_channel.hpp"
-#include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/transport/any_channel.hpp"
+#include "tpipe/transport/channel.hpp"
+#include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/detail/type_name.hpp"
-#include "tpipe/exec/local_channel.hpp"
-#include "tpipe/exec/local_connecting_transport.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/local_channel.hpp"
+#include "tpipe/transport/local_connecting_transport.hpp"
+#include "tpipe/transport/transport.hpp"
 
 namespace tpipe::detail {
 

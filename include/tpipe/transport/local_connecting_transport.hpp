@@ -15,7 +15,7 @@
 #include <concepts>
 #include <memory>
 
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/transport.hpp"
 
 namespace tpipe {
 

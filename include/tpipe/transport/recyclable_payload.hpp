@@ -1,7 +1,7 @@
 #pragma once
-// tpipe::recyclable_payload: the opt-in capability of a byte payload (tpipe/exec/payload_traits.hpp)
+// tpipe::recyclable_payload: the opt-in capability of a byte payload (tpipe/transport/payload_traits.hpp)
 // to be recycled once a transport no longer needs it: payload_traits<T>::recycle(T&&) hands the
-// object to its tpipe::payload_pool (tpipe/exec/payload_pool.hpp), and payload_traits<T>::make(h)
+// object to its tpipe::payload_pool (tpipe/transport/payload_pool.hpp), and payload_traits<T>::make(h)
 // takes bodies from there. tpipe::mpi::channel recycles every payload whose send completed.
 // The traits opt in explicitly, like the other optional capabilities:
 //
@@ -12,7 +12,7 @@
 // without the declaration, does not compile where a transport uses the traits (a sentence names
 // the member): a misspelt opt-in never silently turns recycling off. std::vector<T> of a
 // trivially copyable T opts in.
-#include "tpipe/exec/payload_traits.hpp"
+#include "tpipe/transport/payload_traits.hpp"
 
 namespace tpipe {
 
@@ -45,7 +45,7 @@ consteval bool check_recyclable_payload()
         static_assert(!names_recycle<T>,
                       "tpipe::payload_traits<T> (T above) has a member `recycle` but does not declare "
                       "`static constexpr bool tpipe_recyclable_payload = true;`: recycling is an explicit opt-in "
-                      "(tpipe/exec/recyclable_payload.hpp); declare it, or remove recycle");
+                      "(tpipe/transport/recyclable_payload.hpp); declare it, or remove recycle");
     return true;
 }
 } // namespace detail
@@ -58,7 +58,7 @@ void recycle(T&& v)
 {
     static_assert(detail::check_recyclable_payload<T>());
     static_assert(enable_recyclable_payload<T>, "tpipe::recycle: payload_traits<T> (T above) does not declare "
-                                                "recycling (tpipe/exec/recyclable_payload.hpp)");
+                                                "recycling (tpipe/transport/recyclable_payload.hpp)");
     payload_traits<T>::recycle(static_cast<T&&>(v));
 }
 

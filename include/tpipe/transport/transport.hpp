@@ -5,11 +5,11 @@
 // another gets its channels (the channel factory). The runner asks the transport for a channel
 // (connect) when one of a boundary's ranks runs elsewhere, and needs no channel when neither
 // does. When both run here it uses a local_channel (the payload moves), unless the transport is
-// a tpipe::local_connecting_transport (tpipe/exec/local_connecting_transport.hpp), e.g.
+// a tpipe::local_connecting_transport (tpipe/transport/local_connecting_transport.hpp), e.g.
 // tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
 // tpipe::local_transport (every rank here: it makes no channel), tpipe::mpi::transport (ranks
 // spread over MPI processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport
-// (GPUs of one process), and tpipe::composed_transport (tpipe/exec/composed_transport.hpp: one
+// (GPUs of one process), and tpipe::composed_transport (tpipe/transport/composed_transport.hpp: one
 // transport between processes, another inside each, so neighbouring boundaries may get channels
 // of different types).
 //
@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/local_channel.hpp"
+#include "tpipe/transport/channel.hpp"
+#include "tpipe/transport/local_channel.hpp"
 
 namespace tpipe {
 

@@ -23,7 +23,7 @@
 // Provided: std::vector<T> of a trivially copyable T (header: the element count). Its make(h)
 // takes a recycled vector of that size from tpipe::payload_pool when there is one (its old
 // contents are overwritten by the body), else a new one; recycle(v) gives it back
-// (tpipe/exec/recyclable_payload.hpp).
+// (tpipe/transport/recyclable_payload.hpp).
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -32,8 +32,8 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/exec/payload_pool.hpp"
-#include "tpipe/exec/stage.hpp"
+#include "tpipe/transport/payload_pool.hpp"
+#include "tpipe/transport/payload.hpp"
 
 namespace tpipe {
 
@@ -72,7 +72,7 @@ inline constexpr bool no_byte_form = false;
 template <class T>
     requires std::is_trivially_copyable_v<T> && (!detail::holds_addresses<T>)
 struct payload_traits<std::vector<T>> {
-    static constexpr bool tpipe_recyclable_payload = true;  // recycle below (tpipe/exec/recyclable_payload.hpp)
+    static constexpr bool tpipe_recyclable_payload = true;  // recycle below (tpipe/transport/recyclable_payload.hpp)
     struct header {
         std::uint64_t count;
     };

@@ -4,7 +4,7 @@
 // tpipe::mpi::channel (another process, host bytes through tpipe::payload_traits), and for GPU
 // payloads nccl::basic_channel and cuda::basic_peer_channel (device bytes through
 // cuda::device_payload_traits). Which one a boundary gets is the transport's choice
-// (tpipe/exec/transport.hpp); the runner sees only this concept.
+// (tpipe/transport/transport.hpp); the runner sees only this concept.
 //
 // Semantics
 // - A channel carries payloads of one type in one direction between two stages.
@@ -34,7 +34,7 @@
 
 #include "tpipe/async/awaitable.hpp"
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/stage.hpp"
+#include "tpipe/transport/payload.hpp"
 
 namespace tpipe {
 

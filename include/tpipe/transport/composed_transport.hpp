@@ -22,10 +22,10 @@
 #include <optional>
 #include <string>
 
-#include "tpipe/exec/any_channel.hpp"
-#include "tpipe/exec/local_channel.hpp"
-#include "tpipe/exec/local_connecting_transport.hpp"
-#include "tpipe/exec/transport.hpp"
+#include "tpipe/transport/any_channel.hpp"
+#include "tpipe/transport/local_channel.hpp"
+#include "tpipe/transport/local_connecting_transport.hpp"
+#include "tpipe/transport/transport.hpp"
 
 namespace tpipe {
 

@@ -23,9 +23,9 @@
 #include <utility>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/errors.hpp"
+#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/loop.hpp"
+#include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/on_stop.hpp"
 
 namespace tpipe {

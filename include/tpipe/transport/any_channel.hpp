@@ -2,7 +2,7 @@
 // tpipe::any_channel<T>: a channel of T whose model is chosen at run time, one virtual call per
 // operation. It lets the boundaries of one payload type get channels of different types, e.g.
 // GPU peer copies inside a process and NCCL between processes (tpipe::composed_transport,
-// tpipe/exec/composed_transport.hpp). tpipe::erase_channel(std::unique_ptr<C>) wraps a channel C.
+// tpipe/transport/composed_transport.hpp). tpipe::erase_channel(std::unique_ptr<C>) wraps a channel C.
 //
 // arrival() and drain() build the model's awaiter in place in a detail::any_awaiter (no
 // allocation); the runner asks for them through arrival_into() and drain_into(), so that an
@@ -12,8 +12,8 @@
 #include <stop_token>
 #include <utility>
 
-#include "tpipe/exec/channel.hpp"
-#include "tpipe/exec/detail/any_awaiter.hpp"
+#include "tpipe/transport/channel.hpp"
+#include "tpipe/async/any_awaiter.hpp"
 
 namespace tpipe {
 
