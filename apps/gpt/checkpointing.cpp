@@ -304,6 +304,8 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::elastic::replan_
                    {"backward", tpipe::json::array(measured_.backward.begin(), measured_.backward.end())}};
     if (!measured_.update.empty())
         seconds.emplace("update", tpipe::json::array(measured_.update.begin(), measured_.update.end()));
+    if (!measured_.reduce.empty())
+        seconds.emplace("reduce", tpipe::json::array(measured_.reduce.begin(), measured_.reduce.end()));
     m.elastic = object{{"frozen_layers", plan.frozen},
                        {"plan", plan.to_json()},
                        {"unit_seconds", std::move(seconds)},
@@ -334,11 +336,15 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
         if (t.contains("update"))  // the interval forecast's optimizer seconds (optional: plans do not use them)
             for (const auto& x : t.at("update").as_array("update"))
                 u.update.push_back(tpipe::checked_finite("elastic.unit_seconds.update", x.as_number("update seconds"), 0));
+        if (t.contains("reduce"))  // and its all-reduce seconds (optional too)
+            for (const auto& x : t.at("reduce").as_array("reduce"))
+                u.reduce.push_back(tpipe::checked_finite("elastic.unit_seconds.reduce", x.as_number("reduce seconds"), 0));
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
     }
     const auto n = static_cast<std::size_t>(units);
-    if (u.forward.size() != n || u.backward.size() != n || (!u.update.empty() && u.update.size() != n))
+    if (u.forward.size() != n || u.backward.size() != n || (!u.update.empty() && u.update.size() != n) ||
+        (!u.reduce.empty() && u.reduce.size() != n))
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
                                       " units, this model has " + std::to_string(units));
     for (const auto* times : {&u.forward, &u.backward})

@@ -81,6 +81,13 @@ TEST_CASE("interval forecast: an interval's seconds are its steps at the shape's
     REQUIRE((w.rows.full == 8 && w.seconds == 8 * 3.0));
     REQUIRE(tpipe::elastic::update_seconds(u, 3) == 0.0625 + 0.03125);
     REQUIRE(tpipe::elastic::update_seconds({{1.0}, {1.0}, {}}, 0) == 0);  // not measured: priced 0
+    // The all-reduce: the slowest stage's units, scaled by the ring's 2(r - 1)/r (1 at r = 2).
+    tpipe::elastic::unit_seconds r{{1, 1, 1, 1}, {1, 1, 1, 1}, {}, {0.25, 0.5, 1.0, 0.125}};
+    const int cuts[] = {1, 3, 4};  // stages of units 1-2 and 3
+    REQUIRE(tpipe::elastic::reduce_seconds(r, cuts, 2) == 1.5);
+    REQUIRE(tpipe::elastic::reduce_seconds(r, cuts, 4) == 1.5 * 1.5);
+    REQUIRE(tpipe::elastic::reduce_seconds(r, cuts, 1) == 0);  // one replica: nothing to reduce
+    REQUIRE(tpipe::elastic::reduce_seconds(u, cuts, 2) == 0);  // not measured: priced 0
     REQUIRE_THROWS_WITH(f.interval(16, 1, 6, u), Catch::Contains("6 frozen units of 5 measured"));
     // Without the cache every row is computed, every epoch.
     tpipe::elastic::cache_forecast uncached(32, 8, 1, false);

@@ -75,6 +75,11 @@ TEST_CASE("plan inputs: replayed bit for bit, the same plans", "[elastic][plan-i
     el::record_plan_inputs(path, o);
     el::replay_plan_inputs(path, replayed, units, 0);
     REQUIRE(replayed.measured.update == o.measured.update);
+    REQUIRE(replayed.measured.reduce.empty());
+    for (int u = 0; u < units; ++u) o.measured.reduce.push_back(2e-5 * std::sqrt(3.0 + u) / 7.0);
+    el::record_plan_inputs(path, o);
+    el::replay_plan_inputs(path, replayed, units, 0);
+    REQUIRE(replayed.measured.reduce == o.measured.reduce);
     o.measured.update.pop_back();
     el::record_plan_inputs(path, o);
     REQUIRE_THROWS_WITH(el::replay_plan_inputs(path, replayed, units, 0),

@@ -114,7 +114,8 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         rep.first_step = first_step;
         rep.steps = std::min((interval + 1) * every, o.steps) - first_step;
         // The interval's forecast: its steps at the shape's pace, the frozen-prefix rows AutoCache
-        // does not hold yet (the replicas share them), one optimizer step per step. Without the
+        // does not hold yet (the replicas share them), one optimizer step and, with replicas, one
+        // gradient all-reduce per step. Without the
         // cache and without token slices the pace prices the prefix already (unit_latency puts
         // the frozen units' forward into stage 0): counted, not priced twice.
         const frozen_work fw = forecast.interval(first_step, rep.steps, shape.frozen, planner.measured());
@@ -122,7 +123,8 @@ run_report run_intervals(std::int64_t samples, const driver_options& o, const sh
         const bool prefix_in_pace = !o.autocache && !o.slicing;
         const std::int64_t planned = rep.steps;
         rep.predicted_seconds = static_cast<double>(rep.steps) * (static_cast<double>(o.batch) / shape.predicted_throughput +
-                                                                  update_seconds(planner.measured(), shape.frozen)) +
+                                                                  update_seconds(planner.measured(), shape.frozen) +
+                                                                  reduce_seconds(planner.measured(), shape.stage_cuts, shape.replicas)) +
                                 (prefix_in_pace ? 0.0 : fw.seconds / shape.replicas);
         const frozen_counters rows_before = be.frozen_rows();
         const auto t0 = clock::now();

@@ -23,12 +23,15 @@
 
 namespace tpipe::elastic {
 
-//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs), and
-//! seconds of one optimizer step over each unit's parameters (the interval forecast's; empty: not
-//! measured, priced 0; plans do not depend on it).
+//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs); and,
+//! for the interval forecast only (empty: not measured, priced 0; plans do not depend on them),
+//! seconds of one optimizer step over each unit's parameters, and of one all-reduce of each unit's
+//! gradients between two replicas (a ring moves 2(r - 1)/r of the bytes per member for r
+//! replicas, 1 of them at r = 2).
 struct unit_seconds {
     std::vector<double> forward, backward;
     std::vector<double> update{};
+    std::vector<double> reduce{};
 };
 
 //! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's

@@ -8,11 +8,15 @@
 //   draws from one epoch_sampler of the driver's batch and seed, and every replica finds every
 //   entry), so its row counts equal the ones the backends count, row for row;
 // - the optimizer step over the active units (unit_seconds::update), once per step: every
-//   replica steps its own copy side by side, one updater per replica.
+//   replica steps its own copy side by side, one updater per replica;
+// - with replicas, the all-reduce of the active units' gradients (unit_seconds::reduce), once per
+//   step: each stage's starts after its last backward, and the step ends with the slowest.
 //
 // A resumed run starts with an empty cache, as the forecast does.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,6 +87,21 @@ inline double update_seconds(const unit_seconds& u, int frozen)
     double s = 0;
     for (std::size_t i = static_cast<std::size_t>(frozen); i < u.update.size(); ++i) s += u.update[i];
     return s;
+}
+
+//! Seconds of one step's gradient all-reduce among `replicas` replicas of a pipeline whose stage s
+//! holds units [stage_cuts[s], stage_cuts[s + 1]), all active: the slowest stage's, each unit's
+//! measured two-replica time scaled by the ring's 2(r - 1)/r (none measured, or one replica: 0).
+inline double reduce_seconds(const unit_seconds& u, std::span<const int> stage_cuts, int replicas)
+{
+    if (replicas < 2 || u.reduce.empty()) return 0;
+    double slowest = 0;
+    for (std::size_t s = 0; s + 1 < stage_cuts.size(); ++s) {
+        double sum = 0;
+        for (int i = stage_cuts[s]; i < stage_cuts[s + 1]; ++i) sum += u.reduce.at(static_cast<std::size_t>(i));
+        slowest = std::max(slowest, sum);
+    }
+    return slowest * 2.0 * (replicas - 1) / replicas;
 }
 
 } // namespace tpipe::elastic

@@ -12,8 +12,9 @@
 //   tpipe::elastic::replay_plan_inputs("plan.json", options, units, g);  // instead of measuring
 //
 // The file: {"format": "tpipe-elastic-plan-inputs", "version": 1, "units": N,
-//            "unit_seconds": {"forward": [N], "backward": [N], "update": [N] (optional: the interval
-//                             forecast's optimizer seconds; plans do not depend on them)},
+//            "unit_seconds": {"forward": [N], "backward": [N], "update": [N], "reduce": [N] (the
+//                             last two optional: the interval forecast's optimizer and all-reduce
+//                             seconds; plans do not depend on them)},
 //            "token_slicing": null | {"granularity": G, "tables": [N x [[b, s, c, seconds], ...]]}}
 #include <cmath>
 #include <cstddef>
@@ -50,6 +51,7 @@ inline json::value plan_inputs_json(const driver_options& o)
     json::object seconds{{"forward", json::array(o.measured.forward.begin(), o.measured.forward.end())},
                          {"backward", json::array(o.measured.backward.begin(), o.measured.backward.end())}};
     if (!o.measured.update.empty()) seconds.emplace("update", json::array(o.measured.update.begin(), o.measured.update.end()));
+    if (!o.measured.reduce.empty()) seconds.emplace("reduce", json::array(o.measured.reduce.begin(), o.measured.reduce.end()));
     return json::object{{"format", plan_inputs_format},
                         {"version", plan_inputs_version},
                         {"units", o.measured.forward.size()},
@@ -101,6 +103,7 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
         got.measured.forward = seconds(u.at("forward"), "unit_seconds.forward");
         got.measured.backward = seconds(u.at("backward"), "unit_seconds.backward");
         if (u.contains("update")) got.measured.update = seconds(u.at("update"), "unit_seconds.update");
+        if (u.contains("reduce")) got.measured.reduce = seconds(u.at("reduce"), "unit_seconds.reduce");
         const json::value& ts = doc.contains("token_slicing") ? doc.at("token_slicing") : json::value();
         if (ts.is_null() != (granularity == 0)) {
             if (granularity == 0)
