@@ -436,6 +436,7 @@ void part<T>::gather_positions(const tpipe::unit& u, const T* mine, std::vector<
 {
     const std::int64_t d = params_->cfg.d_model;
     const sequence_share sh = positions(u);
+    if (!sequence_parallel()) return whole.assign(mine, mine + sh.count * d);  // every position is here
     whole.resize(static_cast<std::size_t>(sh.per_rank * params_->lay.held.tensor.ranks * d));
     std::copy_n(mine, sh.count * d, whole.begin() + sh.begin * d);
     all_gather_(std::span<T>(whole));
@@ -450,13 +451,12 @@ void part<T>::norm_positions(const tpipe::unit& u, const T* x, std::int64_t g, s
     const T* W = params_->value.data();
     mean.resize(static_cast<std::size_t>(n));
     rstd.resize(static_cast<std::size_t>(n));
-    if (!sequence_parallel()) {
-        whole.resize(static_cast<std::size_t>(n * d));
-        layernorm_forward(*pool_, n, d, x, W + g, W + b, params_->cfg.ln_eps, whole.data(), mean.data(), rstd.data());
-        return;
-    }
-    std::vector<T> mine = impl_->take_buffer(static_cast<std::size_t>(n * d));
-    layernorm_forward(*pool_, n, d, x, W + g, W + b, params_->cfg.ln_eps, mine.data(), mean.data(), rstd.data());
+    // Under sequence parallelism the rank's positions are normalised apart, then gathered.
+    std::vector<T> mine = sequence_parallel() ? impl_->take_buffer(0) : std::vector<T>{};
+    std::vector<T>& y = sequence_parallel() ? mine : whole;
+    y.resize(static_cast<std::size_t>(n * d));
+    layernorm_forward(*pool_, n, d, x, W + g, W + b, params_->cfg.ln_eps, y.data(), mean.data(), rstd.data());
+    if (!sequence_parallel()) return;
     gather_positions(u, mine.data(), whole);
     impl_->give_buffer(std::move(mine));
 }
@@ -727,8 +727,7 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         auto& dK = mb.dk[static_cast<std::size_t>(l - l0_)];
         auto& dV = mb.dv[static_cast<std::size_t>(l - l0_)];
         // MLP
-        if (sequence_parallel()) gather_positions(u, dx.data(), sv.dout);
-        else sv.dout = dx;
+        gather_positions(u, dx.data(), sv.dout);
         sv.dfc.resize(static_cast<std::size_t>(n * F));
         gemm<T>(pool, n, F, d, {sv.dout.data(), d, 1}, {W + bl.w_proj, 1, d}, sv.dfc.data(), F, false);
         gelu_backward(pool, n * F, sv.fc.data(), sv.dfc.data());
@@ -738,8 +737,7 @@ activation<T> part<T>::backward_input(const tpipe::unit& u, activation<T> grad_o
         layernorm_backward(pool, nl, d, sv.dln2.data(), sv.xmid.data(), sv.mean2.data(), sv.rstd2.data(),
                            W + bl.ln2_g, dx.data());
         // Attention
-        if (sequence_parallel()) gather_positions(u, dx.data(), sv.dproj);
-        else sv.dproj = dx;
+        gather_positions(u, dx.data(), sv.dproj);
         I.dattn.resize(static_cast<std::size_t>(n * dl));
         gemm<T>(pool, n, dl, d, {sv.dproj.data(), d, 1}, {W + bl.w_o, 1, d}, I.dattn.data(), dl, false);
         sv.dqkv.resize(static_cast<std::size_t>(n * 3 * dl));

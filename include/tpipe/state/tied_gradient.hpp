@@ -63,14 +63,6 @@ public:
 
     const std::vector<int>& holders() const noexcept { return holders_; }
     std::size_t size() const noexcept { return size_; }
-    //! Whether any copy is held in this process.
-    bool any_here() const noexcept
-    {
-        for (std::size_t h = 0; h < holders_.size(); ++h)
-            if (held(h)) return true;
-        return false;
-    }
-
     //! Every holder is in this process: each copy's gradient becomes the sum of all of them.
     void sum_here()
     {

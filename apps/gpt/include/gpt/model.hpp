@@ -305,7 +305,8 @@ private:
     //! The group's sum of the partial [n x d] product (from partial_for(out, n x d)) into `out`:
     //! all of it, or this rank's positions only under sequence parallelism.
     void reduce_positions(const tpipe::unit& u, std::vector<T>& partial, std::vector<T>& out);
-    //! Sequence parallelism: the unit's whole [n x d] into `whole` from this rank's positions.
+    //! The unit's whole [n x d] into `whole` from this rank's positions (gathered under sequence
+    //! parallelism; a copy without it).
     void gather_positions(const tpipe::unit& u, const T* mine, std::vector<T>& whole);
     //! y (this rank's positions, or all) = LN(x) into `whole` (gathered under sequence parallelism).
     void norm_positions(const tpipe::unit& u, const T* x, std::int64_t g, std::int64_t b, std::vector<T>& whole,

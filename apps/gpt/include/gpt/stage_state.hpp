@@ -10,6 +10,7 @@
 //   the backward the two gradients are summed (embedding + head, the whole model's order) into
 //   both copies by a tpipe::tied_gradient, as Megatron does, so the copies take the same steps
 //   and stay equal.
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -141,9 +142,13 @@ public:
                 if (t.tied_copy || t.replica_copy || t.global_offset >= first + count ||
                     t.global_offset + t.whole_size(tensor_) <= first)
                     continue;
-                for (std::int64_t i = 0; i < t.size(); ++i)
-                    if (const std::int64_t at = t.global_offset + t.whole_index(i, tensor_) - first; at >= 0 && at < count)
-                        out[static_cast<std::size_t>(at)] = v[static_cast<std::size_t>(t.offset + i)];
+                // The share's runs that are contiguous in the whole tensor, clipped to the piece.
+                t.each_run(tensor_, 0, t.size(), [&](std::int64_t whole_first, std::int64_t mine, std::int64_t n) {
+                    const std::int64_t at = t.global_offset + whole_first;
+                    const std::int64_t lo = std::max(at, first), hi = std::min(at + n, first + count);
+                    if (lo < hi)
+                        std::copy_n(v.begin() + t.offset + mine + (lo - at), hi - lo, out.begin() + (lo - first));
+                });
             }
         }
         return out;
