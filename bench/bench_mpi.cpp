@@ -10,11 +10,13 @@
 // medians over the pairs.
 //
 // - BM_mpi_comm / BM_mpi_channel (np 2): ping-pong through tpipe::mpi::communicator send/recv
-//   awaited from a loop, or the pipeline's tpipe::mpi::channel (a std::vector<std::byte>
+//   awaited from a loop, or the pipeline's channel, tpipe::linked_channel over an MPI link (a std::vector<std::byte>
 //   payload: header and body, the receiver builds the vector, from tpipe::payload_pool unless
 //   TPIPE_BENCH_POOL=0), against blocking MPI_Send/MPI_Recv. Counters: one-way latencies
 //   tpipe_us and raw_us (medians), added_us (median of the pairs' differences), bw_vs_raw
 //   (median of raw time / tpipe time: 1 is raw's bandwidth), pool_hits (channel).
+// - BM_ucx_channel (np 2, built with TPIPE_ENABLE_UCX): the same channel over a UCX link
+//   (tpipe/ucx/link.hpp) against the same raw MPI.
 // - BM_allreduce (np >= 2): tpipe::mpi::communicator::all_reduce_sum of `bytes` of float in the
 //   ring order (the default), then the rank-order fold, then MPI_Allreduce of the same buffer.
 //   Counters: ring_ms, rank_order_ms, mpi_ms (medians per all-reduce), ring_vs_mpi and
@@ -31,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -39,24 +42,31 @@
 #include "tpipe/transport/payload_pool.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
-#include "tpipe/mpi/channel.hpp"
+#include "tpipe/mpi/link.hpp"
+#include "tpipe/transport/linked_channel.hpp"
+#ifdef TPIPE_BENCH_UCX
+#include "tpipe/ucx/link.hpp"
+#endif
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
 
 namespace {
 
-enum mode : std::int64_t { stop = 0, comm_pingpong = 1, channel_pingpong = 2, allreduce = 3 };
+enum mode : std::int64_t { stop = 0, comm_pingpong = 1, channel_pingpong = 2, allreduce = 3, ucx_channel_pingpong = 4 };
 
 using bytes = std::vector<std::byte>;
-using byte_channel = tpipe::mpi::channel<bytes>;
+using byte_channel = tpipe::linked_channel<bytes>;
 using clock_type = std::chrono::steady_clock;
 constexpr int channel_tags = 256;  // tags per channel "iteration": reset after this many messages
 constexpr int reps = 9;            // pairs per benchmark
 
 MPI_Comm control = MPI_COMM_NULL;       // control messages
 MPI_Comm raw_comm = MPI_COMM_NULL;      // raw MPI
-MPI_Comm channel_comm = MPI_COMM_NULL;  // tpipe::mpi::channel
+MPI_Comm channel_comm = MPI_COMM_NULL;  // the pipeline's channel
 tpipe::mpi::communicator* comm = nullptr;
+#ifdef TPIPE_BENCH_UCX
+tpipe::ucx::link_engine* ucx = nullptr;  // BM_ucx_channel's links
+#endif
 
 struct order {
     std::int64_t m, bytes, k;
@@ -132,13 +142,25 @@ tpipe::task<void> channel_ping(byte_channel& out, byte_channel& in, bytes& paylo
     in.reset(channel_tags);
 }
 
+//! One end of the ping-pong's channels: the ping (rank 0) sends forward and receives backward.
+std::unique_ptr<tpipe::link> open_link(mode m, bool echo, bool sending)
+{
+    const bool forward = sending != echo;
+    const int peer = echo ? 0 : 1;
+#ifdef TPIPE_BENCH_UCX
+    if (m == ucx_channel_pingpong)
+        return ucx->open({.boundary = 0, .forward = forward, .from_rank = forward ? 0 : 1, .to_rank = forward ? 1 : 0,
+                          .sending = sending, .tags = channel_tags},
+                         peer);
+#else
+    (void)m;
+#endif
+    return std::make_unique<tpipe::mpi::link>(channel_comm, peer, forward ? 0 : 2 * channel_tags, channel_tags);
+}
+
 struct channel_pair {
     byte_channel out, in;
-    explicit channel_pair(bool echo)
-        : out(channel_comm, echo ? 0 : 1, echo ? 2 * channel_tags : 0, true, channel_tags),
-          in(channel_comm, echo ? 0 : 1, echo ? 0 : 2 * channel_tags, false, channel_tags)
-    {
-    }
+    channel_pair(mode m, bool echo) : out(open_link(m, echo, true), true, channel_tags), in(open_link(m, echo, false), false, channel_tags) {}
 };
 
 //! One pingpong benchmark's sequence, on both ranks: `reps` pairs of (tpipe block, raw block),
@@ -146,7 +168,7 @@ struct channel_pair {
 void pingpong_pairs(mode m, std::int64_t size, std::int64_t k, bool echo, std::vector<double>& tp, std::vector<double>& raw)
 {
     bytes buf(static_cast<std::size_t>(size)), payload(static_cast<std::size_t>(size));
-    channel_pair ch(echo);
+    channel_pair ch(m, echo);
     auto tpipe_block = [&] {
         if (m == comm_pingpong) comm_block(buf, k, echo);
         else tpipe::sync_wait(channel_ping(ch.out, ch.in, payload, k, echo));
@@ -184,7 +206,7 @@ void BM_pingpong(benchmark::State& state, mode m)
     state.counters["added_us"] = median(added);
     state.counters["bw_vs_raw"] = median(ratio);
     state.counters["k"] = static_cast<double>(k);
-    if (m == channel_pingpong) state.counters["pool_hits"] = static_cast<double>(tpipe::payload_pool<bytes>::global().hits() - hits0);
+    if (m != comm_pingpong) state.counters["pool_hits"] = static_cast<double>(tpipe::payload_pool<bytes>::global().hits() - hits0);
     state.SetBytesProcessed(2 * size * k * static_cast<std::int64_t>(tp.size()));
 }
 
@@ -300,10 +322,17 @@ int main(int argc, char** argv)
     {
         tpipe::mpi::communicator c = tpipe::mpi::communicator::world();
         comm = &c;
+#ifdef TPIPE_BENCH_UCX
+        tpipe::ucx::link_engine u(MPI_COMM_WORLD);
+        ucx = &u;
+#endif
         benchmark::Initialize(&argc, argv);
         if (size == 2) {
             benchmark::RegisterBenchmark("BM_mpi_comm", BM_pingpong, comm_pingpong)->RangeMultiplier(4)->Range(8, 64 << 20)->UseManualTime()->Iterations(reps);
             benchmark::RegisterBenchmark("BM_mpi_channel", BM_pingpong, channel_pingpong)->RangeMultiplier(4)->Range(8, 64 << 20)->UseManualTime()->Iterations(reps);
+#ifdef TPIPE_BENCH_UCX
+            benchmark::RegisterBenchmark("BM_ucx_channel", BM_pingpong, ucx_channel_pingpong)->RangeMultiplier(4)->Range(8, 64 << 20)->UseManualTime()->Iterations(reps);
+#endif
         }
         benchmark::RegisterBenchmark("BM_allreduce", BM_allreduce)->RangeMultiplier(8)->Range(256 << 10, 16 << 20)->UseManualTime()->Iterations(reps);
         if (rank == 0) {

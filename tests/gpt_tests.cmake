@@ -108,7 +108,7 @@ endif()
 if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
   add_test(NAME gpt_mpi_equals_threads
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi/gpt_threads_vs_processes.sh ${MPIEXEC_EXECUTABLE}
-                   "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt>)
+                   "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<TARGET_FILE:train_gpt> $<$<BOOL:${TPIPE_ENABLE_UCX}>:ucx>)
   set_tests_properties(gpt_mpi_equals_threads PROPERTIES TIMEOUT 600 PROCESSORS 2)
   # Tensor-parallel stages (--tp) over T x P x D processes, checked against the model at T = 1.
   add_test(NAME gpt_mpi_tensor_parallel

@@ -3,7 +3,7 @@
 # Usage: tools/test.sh            (build dir: build/, override with BUILD_DIR=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh python3-torch libopenmpi-dev openmpi-bin libopenblas-pthread-dev libtorch-dev  # Open MPI: the MPI tree is built and tested too; OpenBLAS: the reference GPT; libtorch: the adapter's example
+bash tools/setup.sh python3-torch libopenmpi-dev openmpi-bin libucx-dev libopenblas-pthread-dev libtorch-dev  # Open MPI: the MPI tree is built and tested too; UCX: the UCX link; OpenBLAS: the reference GPT; libtorch: the adapter's example
 build=${BUILD_DIR:-build}
 # The CUDA and NCCL trees are compiled and linked wherever the CUDA toolkit is (their GPU tests
 # report themselves skipped without a GPU); TPIPE_REQUIRE_CUDA=1 (CI) makes a missing toolkit an error.
@@ -18,7 +18,7 @@ else
   echo "tools/test.sh: no CUDA toolkit (nvcc): the CUDA and NCCL trees are not built" >&2
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTPIPE_WERROR=ON -DTPIPE_BUILD_TESTS=ON \
-      -DTPIPE_BUILD_EXAMPLES=ON -DTPIPE_BUILD_BENCHMARKS=ON -DTPIPE_ENABLE_MPI=ON -DTPIPE_BUILD_LIBTORCH_EXAMPLES=ON \
+      -DTPIPE_BUILD_EXAMPLES=ON -DTPIPE_BUILD_BENCHMARKS=ON -DTPIPE_ENABLE_MPI=ON -DTPIPE_ENABLE_UCX=ON -DTPIPE_BUILD_LIBTORCH_EXAMPLES=ON \
       "${cuda[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

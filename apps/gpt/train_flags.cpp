@@ -56,6 +56,8 @@ const char* usage_text =
     "                    all-gathers, and sends only those across stage boundaries\n"
     "  --transport T     threads: every rank and replica in this process (default); mpi: one rank of one\n"
     "                    replica per MPI process, launched as mpirun -np P*D train_gpt --transport mpi ...\n"
+    "  --link L          with --transport mpi: the engine activations and gradients cross processes over:\n"
+    "                    mpi (default) or ucx (UCX's tagged messages; MPI keeps the control plane)\n"
     "  --device D        cpu (default) or cuda: the CUDA GPT, every rank a compute stream on GPU 0 (--dp,\n"
     "                    --transport, --threads, --trace, --elastic and --slicer terapipe do not apply)\n"
     "  --precision P     with --device cuda: fp32 (default) or bf16 (bf16 storage, float master weights and\n"
@@ -159,6 +161,7 @@ options parse(int argc, char** argv)
     o.scatter_gather = r.flag("--scatter-gather");
     o.sequence_parallel = r.flag("--sequence-parallel");
     o.transport = r.text("--transport", o.transport);
+    o.link = r.text("--link", o.link);
     o.device = r.text("--device", o.device);
     o.precision = r.text("--precision", o.precision);
     o.cfg.tied = !r.flag("--untied");
@@ -194,6 +197,13 @@ options parse(int argc, char** argv)
 #ifndef TPIPE_GPT_MPI
     if (o.transport == "mpi")
         throw usage_error("--transport mpi: this train_gpt was built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
+#endif
+    r.applies_only({"--link"}, o.transport == "mpi", "applies with --transport mpi");
+    r.applies_only({"--link"}, !o.elastic, "does not apply with --elastic yet (its pipelines cross processes over MPI)");
+    if (o.link != "mpi" && o.link != "ucx") throw usage_error("unknown link '" + o.link + "'; use mpi or ucx");
+#ifndef TPIPE_GPT_UCX
+    if (o.link == "ucx")
+        throw usage_error("--link ucx: this train_gpt was built without UCX (configure with -DTPIPE_ENABLE_UCX=ON)");
 #endif
     const auto names = tpipe::schedule_names();  // the runnable ones; PyTorch's class names are aliases
     const std::string asked = o.schedule;

@@ -38,6 +38,7 @@ struct options {
     bool sequence_parallel = false;  // --tp: the LayerNorm regions split along each unit's positions
     bool scatter_gather = false;  // --tp: 1/tp of each boundary activation crosses the pipeline, all-gathered after
     std::string transport = "threads";
+    std::string link = "mpi";  // --transport mpi: the engine payloads cross processes over (mpi, ucx)
     std::string device = "cpu";
     std::string precision = "fp32";
     bool elastic = false;

@@ -419,7 +419,7 @@ int train(const options& o)
 #ifdef TPIPE_GPT_MPI
     std::unique_ptr<mpi_job> mpi;
     if (over_mpi) {
-        mpi = std::make_unique<mpi_job>(ranks, D, o.tp, std::chrono::seconds(o.watchdog));
+        mpi = std::make_unique<mpi_job>(ranks, D, o.tp, std::chrono::seconds(o.watchdog), o.link);
         where = mpi->where;
     }
 #endif

@@ -26,6 +26,9 @@
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/job.hpp>
 #include <tpipe/mpi/transport.hpp>
+#ifdef TPIPE_GPT_UCX
+#include <tpipe/ucx/link.hpp>
+#endif
 #endif
 
 namespace train_gpt {
@@ -197,7 +200,7 @@ public:
     //! `watchdog` (0: none) bounds every collective of the job from here on: the plan's share, the
     //! tied gradient's and the norm's sums, the loss, the checkpoint's barrier. A stopped process
     //! is named by the others and the job ends, instead of hanging in them.
-    mpi_job(int ranks, int replicas, int tensor_ranks, std::chrono::milliseconds watchdog)
+    mpi_job(int ranks, int replicas, int tensor_ranks, std::chrono::milliseconds watchdog, const std::string& link)
         : P_(ranks), D_(replicas), T_(tensor_ranks)
     {
         int size = 0;
@@ -207,7 +210,14 @@ public:
                               "--stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) + " needs " +
                               std::to_string(T_ * P_ * D_) + " processes, but the job has " + std::to_string(size) +
                               "; launch it with mpirun -np " + std::to_string(T_ * P_ * D_));
-        job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.tensor_ranks = T_, .pipeline_ranks = P_, .replicas = D_});
+        tpipe::mpi::link_maker links;  // payloads over MPI
+#ifdef TPIPE_GPT_UCX
+        if (link == "ucx") links = tpipe::ucx::links;
+#else
+        (void)link;  // --link ucx is refused without UCX
+#endif
+        job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.tensor_ranks = T_, .pipeline_ranks = P_, .replicas = D_},
+                                                 MPI_COMM_WORLD, links);
         const tpipe::coordinate me = job_->where();
         where.process = job_->process();
         where.replica = me.replica;

@@ -1,17 +1,19 @@
-// tpipe::mpi::channel with a recyclable payload (std::vector): once a send completed, its body
+// tpipe::linked_channel over an MPI link with a recyclable payload (std::vector): once a send completed, its body
 // serves the next receive of that size on the same process (tpipe/transport/payload_pool.hpp).
 #include <catch2/catch.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "mpi_suite.hpp"
 #include "tpipe/transport/payload_pool.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
-#include "tpipe/mpi/channel.hpp"
+#include "tpipe/mpi/link.hpp"
+#include "tpipe/transport/linked_channel.hpp"
 
-TEST_CASE("mpi::channel receives into the body of a completed send (payload pool)", "[mpi][pool]")
+TEST_CASE("a channel over MPI receives into the body of a completed send (payload pool)", "[mpi][pool]")
 {
     using bytes = std::vector<std::byte>;
     int me = 0, n = 0;
@@ -25,7 +27,8 @@ TEST_CASE("mpi::channel receives into the body of a completed send (payload pool
     bool ok = true;
     if (me < 2) {  // ranks 0 and 1 ping-pong; the others only agree on the outcome
         const int peer = 1 - me;
-        tpipe::mpi::channel<bytes> out(comm, peer, me == 0 ? 0 : 8, true, 3), in(comm, peer, me == 0 ? 8 : 0, false, 3);
+        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 0 : 8, 3), true, 3),
+            in(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 8 : 0, 3), false, 3);
         tpipe::sync_wait([&]() -> tpipe::task<void> {
             const std::byte* last_sent = nullptr;
             for (int round = 0; round < 3; ++round) {

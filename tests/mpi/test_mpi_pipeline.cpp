@@ -15,6 +15,7 @@
 
 #include "../exec/pipes.hpp"
 #include "mpi_suite.hpp"
+#include "synthetic_run.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/transport/composed_transport.hpp"
@@ -24,76 +25,11 @@
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/slice/slicers.hpp"
 
-namespace {
-
-int world_size()
-{
-    int n = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-}
-int world_rank()
-{
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-
-struct outcome {
-    std::vector<synth::vec> outputs, input_grads;
-    std::vector<synth::stage_state> states;
-};
-
-//! Runs `prog` twice (two iterations through one runner) with transport x (or in-process when
-//! x is null) and returns what this process saw.
-template <class X>
-outcome run_synthetic(const tpipe::program& prog, X* x, int devices)
-{
-    auto pipe = synth::make_uniform<true>(prog.stages());
-    outcome got;
-    got.outputs.resize(static_cast<std::size_t>(prog.units.units()));
-    got.input_grads.resize(static_cast<std::size_t>(prog.units.units()));
-    tpipe::io_for<decltype(pipe)> io;
-    io.source = synth::source;
-    io.output_grad = [&](const tpipe::unit& u, synth::vec&& y) {
-        got.outputs[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = y;
-        return synth::loss_grad(y);
-    };
-    io.input_grad = [&](const tpipe::unit& u, synth::vec&& dx) {
-        got.input_grads[static_cast<std::size_t>(prog.units.index(u.microbatch, u.slice))] = std::move(dx);
-    };
-    tpipe::cpu_engine eng(devices);
-    tpipe::run_options opts;
-    opts.watchdog = std::chrono::seconds(30);
-    auto two_iterations = [&](auto& r) {
-        for (int it = 0; it < 2; ++it) {
-            for (auto* s : synth::stage_list(pipe)) s->new_iteration();
-            r.run(io);
-        }
-    };
-    if constexpr (std::is_same_v<X, tpipe::local_transport>) {
-        tpipe::runner r(pipe, prog, eng, opts);
-        two_iterations(r);
-    } else {
-        tpipe::runner r(pipe, prog, eng, *x, opts);
-        two_iterations(r);
-    }
-    got.states = synth::states_of(pipe);
-    return got;
-}
-
-//! Checks a process's share of `got` against the in-process `want`.
-bool matches(const tpipe::program& prog, const tpipe::mpi::transport& x, const outcome& got, const outcome& want)
-{
-    bool ok = true;
-    for (int s = 0; s < prog.stages(); ++s)
-        if (x.runs(prog.stage_rank[s])) ok = ok && got.states[s] == want.states[s];
-    if (x.runs(prog.stage_rank[prog.stages() - 1])) ok = ok && got.outputs == want.outputs;
-    if (x.runs(prog.stage_rank[0])) ok = ok && got.input_grads == want.input_grads;
-    return ok;
-}
-
-} // namespace
+using tpipe_test::matches;
+using tpipe_test::outcome;
+using tpipe_test::run_synthetic;
+using tpipe_test::world_rank;
+using tpipe_test::world_size;
 
 TEST_CASE("pipelined over processes equals the same program on threads, for every schedule and slicing", "[mpi][run]")
 {
@@ -342,7 +278,7 @@ TEST_CASE("a stage that throws on one process stops every process with an error 
     CHECK_THROWS_WITH(r.run(io), Catch::Contains("build a new transport and runner"));
 }
 
-TEST_CASE("a pipeline payload moves while either end computes (mpi::channel and the progress thread)", "[mpi][progress]")
+TEST_CASE("a pipeline payload moves while either end computes (an MPI link and the progress thread)", "[mpi][progress]")
 {
     using bytes = std::vector<std::byte>;
     constexpr std::size_t size = std::size_t{64} << 20;
@@ -360,21 +296,21 @@ TEST_CASE("a pipeline payload moves while either end computes (mpi::channel and 
     bool b = true;
     MPI_Barrier(MPI_COMM_WORLD);
     if (me == 0) {
-        tpipe::mpi::channel<bytes> out(comm, 1, 0, true, 2);
+        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, 1, 0, 2), true, 2);
         out.send(0, bytes(size, std::byte{1}));
-        tpipe::sync_wait([](tpipe::mpi::channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
+        tpipe::sync_wait([](tpipe::linked_channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
         MPI_Barrier(MPI_COMM_WORLD);
         out.send(1, bytes(size, std::byte{2}));
         busy();
-        tpipe::sync_wait([](tpipe::mpi::channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
+        tpipe::sync_wait([](tpipe::linked_channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
     } else if (me == 1) {
-        tpipe::mpi::channel<bytes> in(comm, 0, 0, false, 2);
+        tpipe::linked_channel<bytes> in(std::make_unique<tpipe::mpi::link>(comm, 0, 0, 2), false, 2);
         in.post(0);
         busy();  // meanwhile rank 0 sends tag 0
         b = in.ready(0) && in.take(0).back() == std::byte{1};
         MPI_Barrier(MPI_COMM_WORLD);
         const auto start = std::chrono::steady_clock::now();
-        tpipe::sync_wait([](tpipe::mpi::channel<bytes>& c) -> tpipe::task<void> { co_await c.arrival(1); }(in));
+        tpipe::sync_wait([](tpipe::linked_channel<bytes>& c) -> tpipe::task<void> { co_await c.arrival(1); }(in));
         a = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         b = b && in.take(1).size() == size;
     } else {

@@ -15,10 +15,12 @@
 // live inside the process (tpipe::split_groups over a tpipe::thread_group), so tensor(), data()
 // and pipeline(), which connect processes, are refused. Any other count is refused on every
 // process alike, naming the three sizes and the mpirun -np to use. Construction is collective
-// over `parent`.
+// over `parent`. Payloads cross processes over MPI, or over the engine that `links` makes for each
+// transport (job(axes, MPI_COMM_WORLD, tpipe::ucx::links): tpipe/ucx/link.hpp).
 #include <mpi.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,12 +31,17 @@
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/transport.hpp"
+#include "tpipe/transport/link.hpp"
 
 namespace tpipe::mpi {
 
+//! Makes the payload link engine of one transport, collectively over the job's processes.
+using link_maker = std::function<std::unique_ptr<tpipe::link_engine>(MPI_Comm)>;
+
 class job {
 public:
-    explicit job(tpipe::axes a, MPI_Comm parent = MPI_COMM_WORLD) : all_(parent), layout_(placed(a, all_.size()))
+    explicit job(tpipe::axes a, MPI_Comm parent = MPI_COMM_WORLD, const link_maker& links = {})
+        : all_(parent), layout_(placed(a, all_.size()))
     {
         if (single_process()) {
             for (int d = 0; d < a.replicas; ++d)
@@ -43,8 +50,9 @@ public:
             return;
         }
         where_ = layout_.at(all_.rank());
-        transports_.push_back(
-            std::make_unique<mpi::transport>(layout_, pipeline_id{where_->replica, where_->tensor_rank}, all_.native()));
+        if (links) links_ = links(all_.native());
+        transports_.push_back(std::make_unique<mpi::transport>(layout_, pipeline_id{where_->replica, where_->tensor_rank},
+                                                               all_.native(), links_.get()));
         groups_.emplace(split_groups(all_, layout_, *where_));
     }
     job(const job&) = delete;
@@ -138,6 +146,7 @@ private:
     communicator all_;
     tpipe::layout layout_;
     std::optional<coordinate> where_;
+    std::unique_ptr<tpipe::link_engine> links_;  // outlives the transport
     std::vector<std::unique_ptr<mpi::transport>> transports_;
     std::optional<group_communicators<communicator>> groups_;
 };

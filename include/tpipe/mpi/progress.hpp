@@ -8,7 +8,7 @@
 // and the communicator's collectives count themselves in detail::outstanding()), the thread
 // calls MPI_Iprobe on a private duplicate of MPI_COMM_SELF (so it never matches or consumes a
 // message, and never touches the loops' requests) and runs the registered progress hooks
-// (tpipe::mpi::channel posts a body's receive as soon as its header is in) every `interval`,
+// (an MPI link posts a body's receive as soon as its header is in) every `interval`,
 // sleeping in between (not spinning: it costs little on a machine with few cores). It skips a
 // tick (probe and hooks) when a loop has called MPI_Test since the last one (a polling loop
 // drives progress itself, and a probe would only contend for MPI's lock: measured +0.2 us per
@@ -45,7 +45,7 @@ inline void begin_outstanding() noexcept
 inline void end_outstanding() noexcept { outstanding().fetch_sub(1, std::memory_order_release); }
 
 //! Something the progress thread advances on each tick besides MPI's own engine: a
-//! tpipe::mpi::channel posts a body's receive once its header has arrived, so that a body
+//! tpipe::mpi::link posts a body's receive once its header has arrived, so that a body
 //! moves while the receiving loop computes. progress() must not block (it try-locks).
 class progress_hook {
 public:

@@ -1,7 +1,11 @@
 #pragma once
 // tpipe::mpi::transport: a tpipe::transport whose ranks are spread over MPI processes, as a
-// tpipe::layout lays them out; one transport carries one pipeline (one replica, one tensor rank). Boundaries between ranks of different processes get a
-// tpipe::mpi::channel; boundaries inside a process stay local (the runner decides).
+// tpipe::layout lays them out; one transport carries one pipeline (one replica, one tensor rank).
+// Boundaries between ranks of different processes get a tpipe::linked_channel over a byte link
+// (tpipe/transport/link.hpp) of the transport's link engine: MPI's own (tpipe::mpi::link) by
+// default, or another engine's (tpipe::ucx::link_engine, tpipe/ucx/link.hpp). Boundaries inside
+// a process stay local (the runner decides). MPI carries the control plane either way: the
+// layout, the agreement and the failure notices.
 //
 //   tpipe::mpi::environment env(argc, argv);                       // MPI_THREAD_MULTIPLE
 //   auto l = tpipe::layout::one_rank_per_process(P, D);           // rank r of replica d on d*P + r
@@ -28,7 +32,8 @@
 #include "tpipe/transport/transport.hpp"
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/agree.hpp"
-#include "tpipe/mpi/channel.hpp"
+#include "tpipe/mpi/link.hpp"
+#include "tpipe/transport/linked_channel.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/setup_watch.hpp"
 #include "tpipe/mpi/stall_watch.hpp"
@@ -40,7 +45,7 @@ public:
     //! Carries payloads with a byte form (tpipe::payload_traits); the runner refuses a boundary
     //! between processes of any other type.
     template <byte_payload T>
-    using channel_type = mpi::channel<T>;
+    using channel_type = linked_channel<T>;
 
     //! The pipeline of replica `replica` (tensor rank 0) of layout `l` over the processes of
     //! `comm` (duplicated: tpipe's messages never meet the application's).
@@ -49,8 +54,9 @@ public:
     {
     }
     //! The pipeline of (p.replica, p.tensor_rank): its rank r talks to the process of rank r + 1
-    //! of the same replica and tensor rank.
-    transport(const tpipe::layout& l, pipeline_id p, MPI_Comm comm = MPI_COMM_WORLD)
+    //! of the same replica and tensor rank. Payloads travel over `links` when given (an engine
+    //! made over the same processes, which must outlive the transport), else over MPI.
+    transport(const tpipe::layout& l, pipeline_id p, MPI_Comm comm = MPI_COMM_WORLD, tpipe::link_engine* links = nullptr)
         : layout_(l), replica_(p.replica), tensor_rank_(p.tensor_rank)
     {
         check(MPI_Comm_rank(comm, &me_), "MPI_Comm_rank");
@@ -58,7 +64,9 @@ public:
         // First, the layout: processes that disagree on it would otherwise refuse the job on some
         // processes only and leave the others waiting in the next collective.
         mpi::agree(comm, fingerprint().add("tensor ranks", l.tensor_ranks()).add("pipeline ranks", l.pipeline_ranks())
-                             .add("replicas", l.replicas()).add("processes", l.processes()).text(), "mpi::transport",
+                             .add("replicas", l.replicas()).add("processes", l.processes())
+                             .add("payload link engine", links ? links->name() : "MPI")  // else no message would match
+                             .text(), "mpi::transport",
                    "tpipe::mpi::transport (the layout agreement)");
         if (size_ != l.processes())
             throw invalid_argument("mpi::transport: the job has " + std::to_string(size_) + " processes, but the layout (" +
@@ -74,15 +82,14 @@ public:
         control_ = detail::setup_dup(comm, "tpipe::mpi::transport (MPI_Comm_dup, failure notices)");
         MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
         MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-        int flag = 0;
-        int* ub = nullptr;
-        check(MPI_Comm_get_attr(data_, MPI_TAG_UB, &ub, &flag), "MPI_Comm_get_attr(MPI_TAG_UB)");
-        tag_ub_ = flag && ub ? *ub : 32767;
+        if (!links) own_links_ = std::make_unique<mpi::link_engine>(data_);
+        links_ = links ? links : own_links_.get();
     }
     transport(const transport&) = delete;
     transport& operator=(const transport&) = delete;
     ~transport()
     {
+        own_links_.reset();
         for (MPI_Request& r : notices_) MPI_Request_free(&r);
         MPI_Comm_free(&control_);
         MPI_Comm_free(&data_);
@@ -102,21 +109,14 @@ public:
     }
 
     template <byte_payload T>
-    std::unique_ptr<channel<T>> connect(const endpoint& e)
+    std::unique_ptr<linked_channel<T>> connect(const endpoint& e)
     {
-        // Each direction of each boundary owns a block of 2 * tags MPI tags (mpi::channel uses
-        // two per message), in boundary order; the last block of the boundary must fit.
-        const long long base = 2LL * (2LL * e.boundary + (e.forward ? 0 : 1)) * e.tags;
-        const long long top = 2LL * (2LL * e.boundary + 2) * e.tags;
-        if (top > tag_ub_)
-            throw invalid_argument("mpi::transport: boundary " + std::to_string(e.boundary) + " (between stages " +
-                                   std::to_string(e.boundary) + " and " + std::to_string(e.boundary + 1) + ") with " +
-                                   std::to_string(e.tags) + " units needs MPI tags up to " + std::to_string(top) +
-                                   ", above this MPI's MPI_TAG_UB of " + std::to_string(tag_ub_) +
-                                   "; use fewer units per iteration or fewer stages");
         const int peer = layout_.process_of(replica_, e.sending ? e.to_rank : e.from_rank, tensor_rank_);
-        return std::make_unique<channel<T>>(data_, peer, static_cast<int>(base), e.sending, e.tags);
+        return std::make_unique<linked_channel<T>>(links_->open(e, peer), e.sending, e.tags);
     }
+
+    //! The engine payloads travel over ("MPI", "UCX").
+    const tpipe::link_engine& links() const noexcept { return *links_; }
 
     //! Collective: every process passes its configuration; all throw the same error if they differ
     //! (tpipe/mpi/agree.hpp: naming the first differing field and the processes on each side).
@@ -170,10 +170,11 @@ private:
     tpipe::layout layout_;
     int replica_ = 0, tensor_rank_ = 0;
     int me_ = 0, size_ = 1;
-    int tag_ub_ = 32767;
     MPI_Comm data_ = MPI_COMM_NULL, control_ = MPI_COMM_NULL;
     std::string notice_;
     std::vector<MPI_Request> notices_;
+    std::unique_ptr<tpipe::link_engine> own_links_;
+    tpipe::link_engine* links_ = nullptr;
 };
 static_assert(tpipe::transport<transport>);
 static_assert(tpipe::transport_for<transport, std::vector<float>> && !tpipe::transport_for<transport, int>);

@@ -1,8 +1,9 @@
 #pragma once
 // The channel concept: how a payload travels from one stage to the next (activations forward,
 // gradients backward). Models: tpipe::local_channel (same process, moves the payload),
-// tpipe::mpi::channel (another process, host bytes through tpipe::payload_traits), and for GPU
-// payloads nccl::basic_channel and cuda::basic_peer_channel (device bytes through
+// tpipe::linked_channel (another process, host bytes through tpipe::payload_traits over a byte
+// link of any engine: MPI, UCX; tpipe/transport/link.hpp), and for GPU payloads
+// nccl::basic_channel and cuda::basic_peer_channel (device bytes through
 // cuda::device_payload_traits). Which one a boundary gets is the transport's choice
 // (tpipe/transport/transport.hpp); the runner sees only this concept.
 //

@@ -8,8 +8,8 @@
 //   v if it is at least min_bytes (small bodies are cheaper to allocate than to share through
 //   a mutex) and the cache stays within max_bytes and per_size objects of that size; else v is
 //   destroyed. take(bytes) hands back a cached object of exactly that body size, or nothing.
-// - Who feeds it: tpipe::mpi::channel gives back every payload whose send completed, when
-//   payload_traits<T> opts in (tpipe::recyclable_payload); payload_traits<T>::make(h) takes from
+// - Who feeds it: tpipe::linked_channel (between processes) gives back every payload whose send
+//   completed, when payload_traits<T> opts in (tpipe::recyclable_payload); payload_traits<T>::make(h) takes from
 //   it. So a pipeline rank that sends and receives activations of one shape (every middle stage,
 //   and both ends of a ping-pong) receives into the bodies it sent. A stage that only consumes
 //   may give its inputs back itself: tpipe::recycle(std::move(x)).

@@ -2,7 +2,7 @@
 // tpipe::recyclable_payload: the opt-in capability of a byte payload (tpipe/transport/payload_traits.hpp)
 // to be recycled once a transport no longer needs it: payload_traits<T>::recycle(T&&) hands the
 // object to its tpipe::payload_pool (tpipe/transport/payload_pool.hpp), and payload_traits<T>::make(h)
-// takes bodies from there. tpipe::mpi::channel recycles every payload whose send completed.
+// takes bodies from there. tpipe::linked_channel recycles every payload whose send completed.
 // The traits opt in explicitly, like the other optional capabilities:
 //
 //   static constexpr bool tpipe_recyclable_payload = true;  // in payload_traits<T>, or

@@ -1,0 +1,84 @@
+#pragma once
+// The byte link: all that an engine between processes (MPI, UCX...) implements to carry
+// pipeline payloads. A link is one direction of one stage boundary between this process and one
+// other; it moves messages of a header and a body, keyed by a tag, and knows nothing of payload
+// types. tpipe::linked_channel<T> (tpipe/transport/linked_channel.hpp) is the typed channel,
+// written once over any link: its slots, tag checks, take, waits, stop and drain. A link_engine
+// opens the links of a process's boundaries; tpipe::mpi::transport takes one (its own MPI
+// engine by default, tpipe::ucx::engine for UCX), so a new engine is one file: a link and its
+// engine.
+//
+// The contract. The channel calls a link under its own lock, so one call at a time per link;
+// links of one engine may be called from several threads at once (one per pipeline rank).
+// - send(tag, header, body): eager, never waits for the receiver. Both spans stay valid and
+//   unchanged until poll reports sent(tag). An empty body may travel as no message at all.
+// - post(tag, header): starts receiving tag's header into `header` (its size is the header's).
+// - poll(events, waiting): advances what is outstanding, and reports, in any order:
+//   - events.place(tag) once tag's header is in: it returns where the body goes, and the link
+//     then receives the body there (a body of any other size is an error naming both sizes);
+//   - events.arrived(tag) once the body is in place (at once for an empty body);
+//   - events.sent(tag) once a send's spans may go.
+//   `waiting` says a loop is waiting on this poll (not a background thread driving the link).
+//   Errors are thrown (tpipe::error), and the channel's waits rethrow them.
+// - reset(tags): a new iteration with tags [0, tags): whatever the last one left outstanding
+//   (a failed iteration's receives) is cancelled and forgotten.
+// - drive(progress): a link whose engine advances messages in the background (MPI's progress
+//   thread) calls progress->advance() from there while the loops compute, so that a large body
+//   moves during the receiver's compute; nullptr stops it (before the channel goes).
+// - reclaim(): called before a body is placed, so that other links' finished sends can give
+//   their payloads back to the payload pool first (tpipe/transport/payload_pool.hpp).
+// - peer(): the other end, for error messages ("process 3").
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "tpipe/transport/transport.hpp"
+
+namespace tpipe {
+
+//! What a link reports from poll (see the contract above); implemented by tpipe::linked_channel.
+class link_events {
+public:
+    virtual std::span<std::byte> place(int tag) = 0;
+    virtual void arrived(int tag) = 0;
+    virtual void sent(int tag) noexcept = 0;
+
+protected:
+    ~link_events() = default;
+};
+
+//! What an engine's background thread may call: advances a channel if nobody else is (try-locks).
+class link_progress {
+public:
+    virtual void advance() noexcept = 0;
+
+protected:
+    ~link_progress() = default;
+};
+
+//! One direction of one boundary between this process and another.
+class link {
+public:
+    virtual ~link() = default;
+
+    virtual void send(int tag, std::span<const std::byte> header, std::span<const std::byte> body) = 0;
+    virtual void post(int tag, std::span<std::byte> header) = 0;
+    virtual void poll(link_events& events, bool waiting) = 0;
+    virtual void reset(int tags) = 0;
+    virtual void drive(link_progress*) {}
+    virtual void reclaim() noexcept {}
+    virtual std::string peer() const = 0;
+};
+
+//! Opens the links of one process's boundaries. `peer` is the other end's process number in the
+//! transport's communicator; `e` names the boundary, direction, end and tag count.
+class link_engine {
+public:
+    virtual ~link_engine() = default;
+    virtual std::unique_ptr<link> open(const endpoint& e, int peer) = 0;
+    //! "MPI", "UCX": for the processes' agreement and error messages.
+    virtual std::string name() const = 0;
+};
+
+} // namespace tpipe

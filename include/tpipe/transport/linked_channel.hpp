@@ -1,0 +1,249 @@
+#pragma once
+// tpipe::linked_channel<T>: the tpipe::channel between ranks of different processes, written
+// once over a byte link (tpipe/transport/link.hpp) of any engine: MPI, UCX. A payload travels
+// as its header (shape), then its body, received in place into the object that
+// payload_traits<T>::make(header) builds (tpipe/transport/payload_traits.hpp).
+//
+// Receiving end: post(tag) has the link receive the header, early (the runner posts every
+// receive of a rank when the rank starts its iteration). Once the header is in, the link asks
+// for the body's place: whoever polls the link first makes the object, the receiving loop while
+// it waits or the engine's background thread while the loop computes (link::drive), so a large
+// body moves during the receiver's compute. arrival(tag) completes once the body is in place.
+// Sending end: send(tag, v) keeps v and hands its header and body to the link at once; the
+// payload is released when the link reports them sent (given to its tpipe::payload_pool when it
+// is a tpipe::recyclable_payload, so that a later receive of that size reuses its body instead
+// of allocating and zero-filling one); drain() completes when every send of the iteration has.
+//
+// Threads: the loop that owns an end calls send/post/arrival/ready/take; the engine's
+// background thread may advance the channel too; a mutex (try-locked by the background thread
+// and by waits) keeps the link to one caller at a time.
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tpipe/async/operation_cancelled.hpp"
+#include "tpipe/async/polled_awaiter.hpp"
+#include "tpipe/core/error.hpp"
+#include "tpipe/transport/channel.hpp"
+#include "tpipe/transport/link.hpp"
+#include "tpipe/transport/payload_traits.hpp"
+#include "tpipe/transport/recyclable_payload.hpp"
+
+namespace tpipe {
+
+template <class T>
+class linked_channel final : private link_events, private link_progress {
+    static_assert(byte_payload<T>,
+                  "tpipe::linked_channel: this stage payload type has no byte form, so it cannot cross processes; "
+                  "specialise tpipe::payload_traits<T> for it (see tpipe/transport/payload_traits.hpp)");
+    static_assert(detail::check_recyclable_payload<T>());  // recycling declared, or a sentence
+
+public:
+    using value_type = T;
+    using traits = payload_traits<T>;
+    using header = typename traits::header;
+
+    //! One direction of one boundary over `l`: this process holds the sending end (or the
+    //! receiving one) of tags [0, tags).
+    linked_channel(std::unique_ptr<tpipe::link> l, bool sending, int tags) : link_(std::move(l)), sending_(sending)
+    {
+        if (!link_) throw invalid_argument("linked_channel: no link");
+        reset(tags);
+        link_->drive(this);
+    }
+    linked_channel(const linked_channel&) = delete;
+    linked_channel& operator=(const linked_channel&) = delete;
+    ~linked_channel()
+    {
+        link_->drive(nullptr);
+        std::lock_guard<std::mutex> g(m_);
+        link_.reset();  // cancels what an interrupted iteration left outstanding
+    }
+
+    // ---- sending end ------------------------------------------------------------------------
+    void send(int tag, T&& v)
+    {
+        if (!sending_) throw error(who() + ": send on the receiving end of a channel");
+        std::lock_guard<std::mutex> g(m_);
+        send_slot& s = at(sends_, tag);
+        if (s.value) throw error(who() + ": tag " + std::to_string(tag) + " was sent twice in one iteration");
+        s.value.emplace(std::move(v));
+        s.head = traits::header_of(*s.value);
+        link_->send(tag, std::as_bytes(std::span(&s.head, 1)), traits::bytes(std::as_const(*s.value)));
+        unsent_.fetch_add(1, std::memory_order_relaxed);
+    }
+
+    //! Completes once every payload sent this iteration was released.
+    auto drain()
+    {
+        return wait_for(this, [](linked_channel& c) { return c.unsent_.load(std::memory_order_acquire) == 0; });
+    }
+
+    // ---- receiving end ----------------------------------------------------------------------
+    //! Starts receiving `tag` (once per iteration; later calls do nothing).
+    void post(int tag)
+    {
+        if (sending_) throw error(who() + ": post on the sending end of a channel");
+        std::lock_guard<std::mutex> g(m_);
+        recv_slot& s = at(recvs_, tag);
+        if (s.state.load(std::memory_order_relaxed) != idle) return;
+        link_->post(tag, std::as_writable_bytes(std::span(&s.head, 1)));
+        s.state.store(posted, std::memory_order_relaxed);
+    }
+
+    //! Completes once the payload of `tag` is in place (posts the receive if nobody did).
+    auto arrival(int tag)
+    {
+        post(tag);
+        return wait_for(this, [tag](linked_channel& c) { return c.ready(tag); });
+    }
+
+    bool ready(int tag) const noexcept
+    {
+        return tag >= 0 && tag < tags_ && recvs_[static_cast<std::size_t>(tag)].state.load(std::memory_order_acquire) == full;
+    }
+
+    T take(int tag)
+    {
+        recv_slot& s = at(recvs_, tag);
+        return detail::take_arrived(s.state, s.value, full, taken, "linked_channel", tag);
+    }
+
+    // ---- both ends --------------------------------------------------------------------------
+
+    //! Starts a new iteration with room for `tags` tags, whose arrivals and drains throw
+    //! operation_cancelled once `stop` is stopped; the link forgets what the last one left.
+    void reset(int tags, std::stop_token stop = {})
+    {
+        if (tags < 0) throw invalid_argument(who() + ": the number of tags must be >= 0");
+        std::lock_guard<std::mutex> g(m_);
+        link_->reset(tags);
+        if (tags != tags_) {
+            recvs_ = std::vector<recv_slot>(static_cast<std::size_t>(tags));
+            sends_ = std::vector<send_slot>(static_cast<std::size_t>(tags));
+            tags_ = tags;
+        }
+        for (auto& s : recvs_) {
+            s.state.store(idle, std::memory_order_relaxed);
+            s.value.reset();
+        }
+        for (auto& s : sends_) s.value.reset();
+        unsent_.store(0, std::memory_order_relaxed);
+        has_error_.store(false, std::memory_order_relaxed);
+        error_ = nullptr;
+        stop_ = std::move(stop);
+    }
+
+    //! The link this channel runs over.
+    const tpipe::link& link() const noexcept { return *link_; }
+
+private:
+    enum state_t : int { idle, posted, full, taken };
+
+    struct recv_slot {
+        std::atomic<int> state{idle};
+        header head{};
+        std::optional<T> value;
+    };
+    struct send_slot {
+        header head{};
+        std::optional<T> value;
+    };
+
+    //! Awaits `done(channel)` from the loop: tested at once, then by a poller while idle; each
+    //! test first polls the link.
+    template <class Done>
+    struct waiter final : polled_awaiter<waiter<Done>> {
+        linked_channel* c;
+        Done done;
+
+        waiter(linked_channel* ch, Done d) : c(ch), done(std::move(d)) {}
+
+        bool settle() noexcept
+        {
+            c->try_poll(true);
+            return c->stop_.stop_requested() || c->failed() || done(*c);
+        }
+        void await_resume()
+        {
+            if (c->stop_.stop_requested()) throw operation_cancelled();
+            c->rethrow_failure();
+        }
+    };
+
+    template <class Done>
+    static waiter<Done> wait_for(linked_channel* c, Done d)
+    {
+        return waiter<Done>(c, std::move(d));
+    }
+
+    std::string who() const { return "linked_channel (" + link_->peer() + ")"; }
+
+    template <class Slot>
+    Slot& at(std::vector<Slot>& v, int tag)
+    {
+        if (tag < 0 || tag >= tags_)
+            throw error(who() + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(tags_) + ")");
+        return v[static_cast<std::size_t>(tag)];
+    }
+
+    bool failed() const noexcept { return has_error_.load(std::memory_order_acquire); }
+    void rethrow_failure()
+    {
+        if (!failed()) return;
+        std::lock_guard<std::mutex> g(m_);
+        if (error_) std::rethrow_exception(error_);
+    }
+
+    //! Polls the link unless someone else is; an error it throws fails the channel's waits.
+    void try_poll(bool waiting) noexcept
+    {
+        std::unique_lock<std::mutex> g(m_, std::try_to_lock);
+        if (!g.owns_lock()) return;
+        try {
+            link_->poll(*this, waiting);
+        } catch (...) {
+            error_ = std::current_exception();
+            has_error_.store(true, std::memory_order_release);
+        }
+    }
+
+    // ---- link_progress and link_events (called under m_) --------------------------------------
+    void advance() noexcept override { try_poll(false); }
+
+    std::span<std::byte> place(int tag) override
+    {
+        if constexpr (recyclable_payload<T>) link_->reclaim();  // so that this body can be a finished send's
+        recv_slot& s = at(recvs_, tag);
+        s.value.emplace(traits::make(s.head));
+        return traits::bytes(*s.value);
+    }
+    void arrived(int tag) override { at(recvs_, tag).state.store(full, std::memory_order_release); }
+    void sent(int tag) noexcept override
+    {
+        send_slot& s = sends_[static_cast<std::size_t>(tag)];
+        if constexpr (recyclable_payload<T>) traits::recycle(std::move(*s.value));  // its body serves a later receive
+        s.value.reset();
+        unsent_.fetch_sub(1, std::memory_order_release);
+    }
+
+    std::unique_ptr<tpipe::link> link_;
+    bool sending_;
+    int tags_ = -1;
+    std::mutex m_;
+    std::vector<recv_slot> recvs_;
+    std::vector<send_slot> sends_;
+    std::atomic<int> unsent_{0};  //!< sends whose payload the link still holds
+    std::stop_token stop_;        //!< the iteration's: its waits end once it is stopped
+    std::atomic<bool> has_error_{false};
+    std::exception_ptr error_;
+};
+
+} // namespace tpipe
