@@ -128,6 +128,13 @@ if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
                    --transport mpi --devices 2 ${TPIPE_GPT_ELASTIC_ARGS})
   set_tests_properties(gpt_mpi_elastic PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  if(TPIPE_ENABLE_UCX)  # the same with its payloads over UCX: every plan's transport gets a UCX engine
+    add_test(NAME gpt_mpi_elastic_ucx
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
+                     --transport mpi --link ucx --devices 2 ${TPIPE_GPT_ELASTIC_ARGS})
+    set_tests_properties(gpt_mpi_elastic_ucx PROPERTIES TIMEOUT 300 PROCESSORS 2
+                         PASS_REGULAR_EXPRESSION "\"check_ok\":true[^\n]*\"link\":\"ucx\"")
+  endif()
   # TeraPipe inside it over MPI: process 0 profiles the token latencies and shares them
   # (tpipe::mpi::share_plan_inputs), so both processes plan the same slices.
   add_test(NAME gpt_mpi_elastic_terapipe

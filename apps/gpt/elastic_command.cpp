@@ -28,6 +28,9 @@
 #include <tpipe/exec/fingerprint.hpp>
 #include <tpipe/mpi/agree.hpp>
 #include <tpipe/mpi/elastic_driver.hpp>
+#ifdef TPIPE_GPT_UCX
+#include <tpipe/ucx/link.hpp>
+#endif
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
@@ -253,8 +256,12 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         d.after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan) {
             after_step(done, plan, trained->params(), trained->optimizer());
         };
+        tpipe::mpi::link_maker links;  // payloads over MPI
+#ifdef TPIPE_GPT_UCX
+        if (c.link == "ucx") links = tpipe::ucx::links;
+#endif
         tpipe::mpi::elastic_driver<elastic_gpt> driver(std::make_unique<elastic_gpt>(c.cfg, data, o.opt, o.seed),
-                                                       data.samples(), d, per_process);
+                                                       data.samples(), d, per_process, tpipe::mpi::communicator::world(), links);
         trained = &driver.model();
         speaks = driver.process() == 0;
         header();
@@ -304,6 +311,7 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
                                 {"last_loss", res.intervals.empty() ? tpipe::json::value(nullptr)
                                                                     : tpipe::json::value(res.intervals.back().mean_loss)},
                                 {"transport", c.transport},
+                                {"link", c.transport == "mpi" ? c.link : std::string()},
                                 {"devices", o.devices},
                                 {"replicas_identical", res.replicas_identical},
                                 {"replans_kept_weights", res.replans_kept_weights},

@@ -14,6 +14,7 @@ struct elastic_command {
     bool json = false;
     bool check = false;         //!< also train the non-elastic reference and require the same bits
     std::string transport = "threads";
+    std::string link = "mpi";   //!< --transport mpi: the engine payloads cross processes over (mpi, ucx)
     checkpoint_flags ckpt;      //!< --save, --save-every, --keep, --resume
     std::string record_plan;    //!< --record-plan: write the planner's inputs (measured times) here
     std::string plan_from;      //!< --plan-from: plan from these recorded inputs instead of measuring

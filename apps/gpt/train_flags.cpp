@@ -199,7 +199,6 @@ options parse(int argc, char** argv)
         throw usage_error("--transport mpi: this train_gpt was built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
     r.applies_only({"--link"}, o.transport == "mpi", "applies with --transport mpi");
-    r.applies_only({"--link"}, !o.elastic, "does not apply with --elastic yet (its pipelines cross processes over MPI)");
     if (o.link != "mpi" && o.link != "ucx") throw usage_error("unknown link '" + o.link + "'; use mpi or ucx");
 #ifndef TPIPE_GPT_UCX
     if (o.link == "ucx")

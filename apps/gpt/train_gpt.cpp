@@ -257,6 +257,7 @@ int train_elastic(const options& o, const std::string& text)
     c.json = o.json;
     c.check = o.check;
     c.transport = o.transport;
+    c.link = o.link;
     c.ckpt = o.ckpt;
     c.opts.batch = o.batch;
     c.opts.steps = o.steps_given ? o.steps : 0;
@@ -517,7 +518,7 @@ int train(const options& o)
                 opts.after_backward = r->dp_threads->hook();
                 if (o.shard_optimizer) r->shard_optimizer(*r->dp_threads);
             }
-            r->local_runner = std::make_unique<replica::local_runner_t>(r->model->pipe(), prog, r->engine ? *r->engine : engine, opts);
+            r->runner = std::make_unique<replica::runner_t>(r->model->pipe(), prog, r->engine ? *r->engine : engine, opts);
         }
 #ifdef TPIPE_GPT_MPI
         else {
@@ -602,7 +603,7 @@ int train(const options& o)
             auto one = [&](std::size_t k) {
                 replica& r = *reps[k];
                 r.model->begin_step(batches[static_cast<std::size_t>(r.index)]);
-                all[k] = r.local_runner->run(r.model->io());
+                all[k] = r.runner->run(r.model->io());
                 losses[k] = r.model->finish_step();
                 // The clip's squares of a tensor rank's shares, summed over its replica's tensor group.
                 auto over_tensor_group = [&r](std::span<std::int64_t> v) -> tpipe::task<void> {
@@ -701,6 +702,7 @@ int train(const options& o)
                                 {"dp", D},
                                 {"tp", o.tp},
                                 {"transport", o.transport},
+                                {"link", o.transport == "mpi" ? o.link : std::string()},
                                 {"replicas_identical", replicas_identical},
                                 {"weights_fnv", weights_fnv},
                                 {"recompute", o.recompute},

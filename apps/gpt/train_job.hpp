@@ -51,7 +51,7 @@ struct job {
 //! --tp on threads, one of these per tensor rank of the replica: its share of the stages.
 struct replica {
     using pipe_t = tpipe::uniform_pipeline<gpt::stage<float>>;
-    using local_runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
+    using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;  // one type on threads and over MPI
     using tensor_sum = tpipe::blocking_group<tpipe::thread_communicator>;
 
     int index;
@@ -60,7 +60,7 @@ struct replica {
     std::unique_ptr<gpt::stage_states<float>> state;
     std::unique_ptr<gpt::pipelined_model<float>> model;
     std::unique_ptr<tpipe::cpu_engine> engine;        // on threads with --tp: a loop per rank of its own
-    std::unique_ptr<local_runner_t> local_runner;
+    std::unique_ptr<runner_t> runner;
     std::vector<tpipe::thread_communicator> members;  // replicas on threads: one per stage
     std::unique_ptr<tpipe::data_parallel<tpipe::thread_communicator>> dp_threads;
     std::vector<tpipe::thread_communicator> tensor_members;  // --tp on threads: one per stage, and the clip's
@@ -297,7 +297,7 @@ public:
         if (tensor_)  // this rank's stages sum their partial products over the tensor group, in program order
             for (int s = 0; s < prog.stages(); ++s)
                 if (r.model->has_part(s)) r.join_tensor_group(s, prog.stages(), *tensor_);
-        runner_ = std::make_unique<runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
+        r.runner = std::make_unique<replica::runner_t>(r.model->pipe(), prog, engine, *transport_, opts);
     }
 
     //! One step of this process's rank; returns the mean loss over every replica.
@@ -305,7 +305,7 @@ public:
     {
         r.model->begin_step(b);
         const std::uint64_t before = T_ > 1 ? job_->tensor().traffic().sent : 0;
-        stats = runner_->run(r.model->io());
+        stats = r.runner->run(r.model->io());
         const double mine = r.model->finish_step();
         // The stages' collectives only (and --sequence-parallel's sum of the LayerNorms' gradients), not the clip's.
         if (T_ > 1) tensor_bytes_sent_ += job_->tensor().traffic().sent - before;
@@ -405,13 +405,11 @@ private:
     {
         co_await pipeline_comm_->broadcast(std::as_writable_bytes(std::span<std::uint64_t>(&h, 1)), root);
     }
-    using runner_t = tpipe::runner<replica::pipe_t, tpipe::cpu_engine, tpipe::mpi::transport>;
     int P_, D_, T_;
     std::unique_ptr<tpipe::mpi::job> job_;  // the layout, the transport and every group's communicator
     tpipe::mpi::transport* transport_ = nullptr;
     tpipe::mpi::communicator *replicas_ = nullptr, *pipeline_comm_ = nullptr, *world_ = nullptr;
     std::unique_ptr<tpipe::data_parallel<tpipe::mpi::communicator>> dp_;
-    std::unique_ptr<runner_t> runner_;
     std::unique_ptr<tpipe::blocking_group<tpipe::mpi::communicator>> tensor_;  // the stages' sums (--tp)
     bool sharded_ = false;
     std::uint64_t tensor_bytes_sent_ = 0;

@@ -240,11 +240,11 @@ torch::Tensor loss_gradient(const tpipe::unit& u, torch::Tensor logits, const to
 struct placement {
     int rank = 0;                           //!< its pipeline rank
     std::function<void(double&)> sum_loss;  //!< sums a step's loss over its pipeline's processes
+    bool speaks = true;                     //!< this process reports (process 0)
 };
 
-//! `over`: this process's transport (null: threads).
-template <class Transport>
-result pipelined(const options& o, trainer& tr, Transport* over, const placement& where = {})
+//! `over`: this process's transport (null: threads). One runner type for both.
+result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, const placement& where = {})
 {
     const int rank = where.rank;
     const tpipe::scheme units = tpipe::scheme_from_spec(o.slicer, tpipe::batch_shape{o.batch, o.seq_len});
@@ -266,9 +266,9 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
         tpipe::libtorch::check_token_slicing(pipe, ids, lengths);
     }
     using pipe_t = decltype(pipe);
-    using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine, Transport>;
-    constexpr bool local = std::is_same_v<Transport, tpipe::local_transport>;
-    if constexpr (!local)  // this process holds its own stages only (make_gpt built placeholders for the rest)
+    using runner_t = tpipe::runner<pipe_t, tpipe::cpu_engine>;
+    const bool local = over == nullptr;
+    if (!local)  // this process holds its own stages only (make_gpt built placeholders for the rest)
         for (std::size_t i = 0; i < pipe.size(); ++i)
             if (prog.stage_rank[i] != rank)
                 pipe.stage(i) = tpipe::libtorch::module_stage::elsewhere(pipe.stage(i).name());
@@ -279,8 +279,7 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
         std::fprintf(stderr, "train_libtorch_gpt: %s\n", report.c_str());
         std::_Exit(1);
     };
-    if constexpr (local) runner = std::make_unique<runner_t>(pipe, prog, engine, opts);
-    else runner = std::make_unique<runner_t>(pipe, prog, engine, *over, opts);
+    runner = local ? std::make_unique<runner_t>(pipe, prog, engine, opts) : std::make_unique<runner_t>(pipe, prog, engine, *over, opts);
 
     result r;
     if (!o.resume.empty()) {
@@ -294,7 +293,7 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
 #ifdef TPIPE_LIBTORCH_GPT_MPI
     std::optional<tpipe::mpi::communicator> world;
 #endif
-    if constexpr (local) {
+    if (local) {
         for (int i = 0; i < prog.stages(); ++i) mine.push_back(i);
     } else {
         mine = stages_on(prog, rank);
@@ -326,14 +325,14 @@ result pipelined(const options& o, trainer& tr, Transport* over, const placement
         // Each process holds and steps its own stage's parameters; only the last stage knows the
         // loss, which is summed over the pipeline's processes (no gradient crosses: nothing is
         // replicated; each tensor rank of the last stage has the whole loss).
-        if constexpr (!local) where.sum_loss(loss);
+        if (!local) where.sum_loss(loss);
         tr.optimizer->step();
         r.losses.push_back(loss);
         saves.after_step(step + 1, pipe, mine, *tr.optimizer, tr.data, tr.cfg);
     }
     saves.finish();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if constexpr (!local) r.speaks = over->process() == 0;
+    r.speaks = where.speaks;
     return r;
 }
 
@@ -384,7 +383,7 @@ result tensor_parallel_on_threads(const options& o)
             t,
             [&](std::size_t k) {
                 try {
-                    results[k] = pipelined<tpipe::local_transport>(o, *ranks[k], nullptr);
+                    results[k] = pipelined(o, *ranks[k], nullptr);
                     results[k].weights = whole_weights(ranks[k]->model, 0, ranks[k]->model->size());
                 } catch (...) {
                     int none = -1;
@@ -496,11 +495,13 @@ result run(const options& o)
                 return false;
             },
             [&](std::size_t) { return tpipe::libtorch::tensor_group(tensor_sums); });
-        placement where{.rank = rank, .sum_loss = [&job](double& loss) {
+        placement where{.rank = rank,
+                        .sum_loss = [&job](double& loss) {
                             tpipe::sync_wait([](tpipe::mpi::communicator& c, double& v) -> tpipe::task<void> {
                                 co_await c.all_reduce_sum(std::span<double>(&v, 1));
                             }(job.pipeline(), loss));
-                        }};
+                        },
+                        .speaks = job.process() == 0};
         r = pipelined(o, tr, &job.transport(), where);
         std::map<int, std::vector<double>> held;  // its stages whole, gathered over the tensor group
         for (int s : mine) held[s] = whole_weights(tr.model, cuts[static_cast<std::size_t>(s)], cuts[static_cast<std::size_t>(s) + 1]);
@@ -534,7 +535,7 @@ result run(const options& o)
         }
         r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else if (o.transport == "threads") {
-        r = pipelined<tpipe::local_transport>(o, tr, nullptr);
+        r = pipelined(o, tr, nullptr);
     } else {
         throw tpipe::invalid_argument("unknown transport '" + o.transport + "'; use none, threads or mpi");
     }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,6 +50,20 @@ TEST_CASE("pipelined over processes equals the same program on threads, for ever
         }
     }
     CHECK(ran == 10);
+}
+
+TEST_CASE("threads and processes run the one runner type", "[mpi][run]")
+{
+    const int n = world_size();
+    auto pipe = synth::make_uniform<true>(n);
+    const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{n}, tpipe::microbatches(2 * n));
+    tpipe::cpu_engine eng(1);
+    tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);
+    tpipe::runner over_processes(pipe, prog, eng, x);
+    static_assert(std::is_same_v<decltype(over_processes), decltype(tpipe::runner(pipe, prog, eng))>,
+                  "a tpipe::link_transport model runs the runner type of threads");
+    static_assert(std::is_same_v<decltype(over_processes), tpipe::runner<decltype(pipe), tpipe::cpu_engine>>);
+    REQUIRE(over_processes.local_ranks() == std::vector<int>{world_rank()});
 }
 
 TEST_CASE("several ranks per process: boundaries inside a process stay local, the others cross", "[mpi][run]")

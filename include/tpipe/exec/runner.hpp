@@ -68,6 +68,7 @@
 #include "tpipe/exec/run_options.hpp"
 #include "tpipe/exec/stage.hpp"
 #include "tpipe/async/task.hpp"
+#include "tpipe/transport/link_transport.hpp"
 #include "tpipe/transport/transport.hpp"
 #include "tpipe/schedule/lower.hpp"
 #include "tpipe/schedule/program.hpp"
@@ -78,8 +79,9 @@ namespace tpipe {
 
 //! Runs iterations of one pipeline with one program on one engine over one transport; reusable
 //! across iterations (storage and channels are kept, so a steady state allocates only the
-//! per-rank coroutines).
-template <pipeline_graph Pipe, engine E, transport X = local_transport>
+//! per-rank coroutines). Over threads and over processes (every tpipe::link_transport: MPI, UCX)
+//! it is one type, runner<Pipe, E> (tpipe/transport/link_transport.hpp).
+template <pipeline_graph Pipe, engine E, transport X = link_transport>
 class runner {
     // An engine that declares an optional capability must have its members (a sentence names them).
     static_assert(detail::check_cancellable_engine<E>() && detail::check_reporting_engine<E>());
@@ -91,7 +93,7 @@ public:
 
     //! Every rank in this process.
     runner(Pipe& pipe, const program& prog, E& eng, run_options opts = {})
-        requires std::same_as<X, local_transport>
+        requires std::same_as<X, link_transport> || std::same_as<X, local_transport>
         : runner(pipe, prog, eng, local_, std::move(opts))
     {
     }
@@ -459,7 +461,8 @@ private:
     }
 
     E& eng_;
-    [[no_unique_address]] local_transport local_;
+    //! The transport of the constructor without one: every rank here.
+    [[no_unique_address]] std::conditional_t<std::same_as<X, local_transport>, local_transport, all_here> local_;
     X* x_;
     run_options opts_;
     program prog_;
@@ -488,5 +491,11 @@ private:
     bool told_peers_ = false;  //!< the transport was told of this iteration's failure already
     detail::completion completion_;
 };
+
+//! Every tpipe::link_transport model (tpipe::mpi::transport) runs the one runner type
+//! runner<Pipe, E> (= runner<Pipe, E, link_transport>).
+template <pipeline_graph Pipe, engine E, transport X>
+    requires std::derived_from<X, link_transport>
+runner(Pipe&, const program&, E&, X&, run_options = {}) -> runner<Pipe, E, link_transport>;
 
 } // namespace tpipe

@@ -61,11 +61,14 @@ template <elastic::process_freezable_model M>
 class elastic_driver {
 public:
     //! `model`: this process's (every process starts from the same weights); `threads`: compute
-    //! threads of each stage this process runs. Collective over `world` (every process).
+    //! threads of each stage this process runs. Collective over `world` (every process). Payloads
+    //! cross processes over the engine that `links` makes for each plan's transport (over the
+    //! plan's processes: tpipe::ucx::links), or over MPI.
     elastic_driver(std::unique_ptr<M> model, std::int64_t samples, elastic::driver_options o, int threads,
-                   communicator world = communicator::world())
+                   communicator world = communicator::world(), link_maker links = {})
         : model_(std::move(model)), samples_(samples), o_(std::move(o)), threads_(std::max(1, threads)),
-          sampler_({.samples = samples, .batch = o_.batch, .seed = o_.seed}), world_(std::move(world))
+          sampler_({.samples = samples, .batch = o_.batch, .seed = o_.seed}), world_(std::move(world)),
+          make_links_(std::move(links))
     {
         me_ = world_.rank();
         // Every collective of the driver (and of the communicators split from world_) is bounded
@@ -149,7 +152,9 @@ public:
         if (!active_) return agreed;
         replica_ = me_ / K;
         rank_ = me_ % K;
-        transport_ = std::make_unique<transport>(tpipe::layout::one_rank_per_process(K, D), replica_, active_comm_->native());
+        if (make_links_) links_ = make_links_(active_comm_->native());
+        transport_ = std::make_unique<transport>(tpipe::layout::one_rank_per_process(K, D), pipeline_id{.replica = replica_},
+                                                 active_comm_->native(), links_.get());
         pipeline_ = std::make_unique<communicator>(active_comm_->split(replica_, rank_));
         replicas_ = std::make_unique<communicator>(active_comm_->split(rank_, replica_));
         replicas_->set_reduction_order(reduction_order::rank_order);  // as on threads: independent of the cuts
@@ -216,7 +221,7 @@ public:
 private:
     using out_t = typename M::frozen_output;
     using pipe_t = uniform_pipeline<typename M::stage_type>;
-    using runner_t = runner<pipe_t, cpu_engine, transport>;
+    using runner_t = runner<pipe_t, cpu_engine>;  // the one runner type (over a link_transport)
 
     static task<void> broadcast(communicator& c, std::span<std::byte> bytes) { co_await c.broadcast(bytes, 0); }
     static task<void> barrier(communicator& c) { co_await c.barrier(); }
@@ -259,6 +264,7 @@ private:
         replicas_.reset();
         pipeline_.reset();
         transport_.reset();
+        links_.reset();
         active_comm_.reset();
     }
 
@@ -274,6 +280,8 @@ private:
     cpu_engine engine_{1};
     std::filesystem::path shared_dir_;
     std::unique_ptr<elastic::activation_cache<out_t>> cache_;
+    link_maker make_links_;
+    std::unique_ptr<tpipe::link_engine> links_;  // the plan's payload engine (outlives its transport)
     std::unique_ptr<transport> transport_;
     std::unique_ptr<communicator> active_comm_, pipeline_, replicas_;
     std::unique_ptr<data_parallel<communicator>> dp_;

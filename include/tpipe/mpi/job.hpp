@@ -20,7 +20,6 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,12 +30,8 @@
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/transport.hpp"
-#include "tpipe/transport/link.hpp"
 
 namespace tpipe::mpi {
-
-//! Makes the payload link engine of one transport, collectively over the job's processes.
-using link_maker = std::function<std::unique_ptr<tpipe::link_engine>(MPI_Comm)>;
 
 class job {
 public:

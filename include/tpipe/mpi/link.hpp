@@ -14,6 +14,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -253,5 +254,9 @@ private:
     MPI_Comm comm_;
     int tag_ub_ = 32767;
 };
+
+//! Makes the payload link engine of one transport, collectively over the processes of `comm`
+//! (tpipe::ucx::links); tpipe::mpi::job and tpipe::mpi::elastic_driver take one (empty: MPI's own).
+using link_maker = std::function<std::unique_ptr<tpipe::link_engine>(MPI_Comm comm)>;
 
 } // namespace tpipe::mpi

@@ -1,5 +1,5 @@
 #pragma once
-// tpipe::mpi::transport: a tpipe::transport whose ranks are spread over MPI processes, as a
+// tpipe::mpi::transport: a tpipe::link_transport whose ranks are spread over MPI processes, as a
 // tpipe::layout lays them out; one transport carries one pipeline (one replica, one tensor rank).
 // Boundaries between ranks of different processes get a tpipe::linked_channel over a byte link
 // (tpipe/transport/link.hpp) of the transport's link engine: MPI's own (tpipe::mpi::link) by
@@ -33,20 +33,15 @@
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/link.hpp"
-#include "tpipe/transport/linked_channel.hpp"
+#include "tpipe/transport/link_transport.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
 #include "tpipe/mpi/setup_watch.hpp"
 #include "tpipe/mpi/stall_watch.hpp"
 
 namespace tpipe::mpi {
 
-class transport {
+class transport final : public tpipe::link_transport {
 public:
-    //! Carries payloads with a byte form (tpipe::payload_traits); the runner refuses a boundary
-    //! between processes of any other type.
-    template <byte_payload T>
-    using channel_type = linked_channel<T>;
-
     //! The pipeline of replica `replica` (tensor rank 0) of layout `l` over the processes of
     //! `comm` (duplicated: tpipe's messages never meet the application's).
     transport(const tpipe::layout& l, int replica, MPI_Comm comm = MPI_COMM_WORLD)
@@ -100,19 +95,12 @@ public:
     int tensor_rank() const noexcept { return tensor_rank_; }
     const tpipe::layout& layout() const noexcept { return layout_; }
 
-    bool runs(int rank) const { return layout_.process_of(replica_, rank, tensor_rank_) == me_; }
+    bool runs(int rank) const override { return layout_.process_of(replica_, rank, tensor_rank_) == me_; }
 
-    std::string where(int rank) const
+    std::string where(int rank) const override
     {
         const int p = layout_.process_of(replica_, rank, tensor_rank_);
         return p == me_ ? std::string() : "on process " + std::to_string(p);
-    }
-
-    template <byte_payload T>
-    std::unique_ptr<linked_channel<T>> connect(const endpoint& e)
-    {
-        const int peer = layout_.process_of(replica_, e.sending ? e.to_rank : e.from_rank, tensor_rank_);
-        return std::make_unique<linked_channel<T>>(links_->open(e, peer), e.sending, e.tags);
     }
 
     //! The engine payloads travel over ("MPI", "UCX").
@@ -120,13 +108,13 @@ public:
 
     //! Collective: every process passes its configuration; all throw the same error if they differ
     //! (tpipe/mpi/agree.hpp: naming the first differing field and the processes on each side).
-    void agree(const std::string& text)
+    void agree(const std::string& text) override
     {
         mpi::agree(control_, text, "mpi::transport", "tpipe::mpi::transport::agree (the runner's program)");
     }
 
     //! Tells every other process that this one's iteration failed (never blocks).
-    void fail(const std::string& message)
+    void fail(const std::string& message) override
     {
         notice_ = "process " + std::to_string(me_) + " (replica " + std::to_string(replica_) +
                   (layout_.tensor_ranks() > 1 ? ", tensor rank " + std::to_string(tensor_rank_) : std::string()) + "): " + message;
@@ -142,7 +130,7 @@ public:
     //! The runner's watchdog fired: a process may be stopped (SIGSTOP, a hung node), so the job
     //! ends with MPI_Abort when tpipe::mpi::environment goes (MPI_Finalize would wait for it).
     //! The report goes to stderr now: the abort may come before anyone prints the exception.
-    void stalled(const std::string& report) noexcept
+    void stalled(const std::string& report) noexcept override
     {
         detail::member_stalled().store(true, std::memory_order_relaxed);
         std::fprintf(stderr, "process %d (replica %d): %s\n", me_, replica_, report.c_str());
@@ -150,7 +138,7 @@ public:
     }
 
     //! A failure notice from another process, if one has arrived.
-    std::optional<std::string> failure()
+    std::optional<std::string> failure() override
     {
         int flag = 0;
         MPI_Status st{};
@@ -166,6 +154,12 @@ public:
 
 private:
     static constexpr int notice_tag = 1;
+
+    //! The link to the process that runs the other end of `e`, from the transport's engine.
+    std::unique_ptr<tpipe::link> open(const endpoint& e) override
+    {
+        return links_->open(e, layout_.process_of(replica_, e.sending ? e.to_rank : e.from_rank, tensor_rank_));
+    }
 
     tpipe::layout layout_;
     int replica_ = 0, tensor_rank_ = 0;

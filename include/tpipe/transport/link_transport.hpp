@@ -1,0 +1,82 @@
+#pragma once
+// tpipe::link_transport: the one transport type of the runner for threads and processes. Its
+// control plane is virtual (runs, where, agree, fail, failure, stalled), and a boundary that
+// crosses processes gets a tpipe::linked_channel<T> over the byte link that open(endpoint) gives
+// (tpipe/transport/link.hpp). Models: tpipe::all_here (every rank in this process: it opens no
+// link), tpipe::mpi::transport (links of any engine: MPI's, UCX's). So
+//
+//   tpipe::runner r(pipe, prog, engine);                   // threads
+//   tpipe::runner r(pipe, prog, engine, job.transport());  // MPI processes, payloads over MPI or UCX
+//
+// are the same type, tpipe::runner<Pipe, E> (a deduction guide maps every model to
+// link_transport), and a trainer holds one runner type whatever it runs over. Transports of
+// device payloads (NCCL, CUDA peer copies) and composed ones are still runner types of their own.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tpipe/transport/link.hpp"
+#include "tpipe/transport/linked_channel.hpp"
+#include "tpipe/transport/payload_traits.hpp"
+#include "tpipe/transport/transport.hpp"
+
+namespace tpipe {
+
+class link_transport {
+public:
+    //! Carries payloads with a byte form (tpipe::payload_traits); the runner refuses a boundary
+    //! between processes of any other type.
+    template <byte_payload T>
+    using channel_type = linked_channel<T>;
+
+    virtual ~link_transport() = default;
+
+    //! Whether pipeline rank `rank` runs in this process.
+    virtual bool runs(int rank) const = 0;
+    //! Where rank `rank` runs, for messages ("on process 3"; empty when here).
+    virtual std::string where(int rank) const = 0;
+    //! Collective: every process passes its configuration; all throw the same error if they differ.
+    virtual void agree(const std::string& text) = 0;
+    //! Tells the other processes that this one's iteration failed (never blocks).
+    virtual void fail(const std::string& message) = 0;
+    //! A failure notice from another process, if one has arrived.
+    virtual std::optional<std::string> failure() = 0;
+    //! The runner's watchdog fired with `report` (another process may be stopped).
+    virtual void stalled(const std::string& report) noexcept { (void)report; }
+
+    //! The channel of one direction of a boundary whose other end runs in another process.
+    template <byte_payload T>
+    std::unique_ptr<linked_channel<T>> connect(const endpoint& e)
+    {
+        return std::make_unique<linked_channel<T>>(open(e), e.sending, e.tags);
+    }
+
+protected:
+    link_transport() = default;
+    link_transport(const link_transport&) = default;
+    link_transport& operator=(const link_transport&) = default;
+
+    //! The byte link of one direction of a boundary with another process.
+    virtual std::unique_ptr<link> open(const endpoint& e) = 0;
+};
+
+//! Every rank in this process: the runner's default transport; no boundary leaves the process.
+class all_here final : public link_transport {
+public:
+    bool runs(int) const override { return true; }
+    std::string where(int) const override { return {}; }
+    void agree(const std::string&) override {}
+    void fail(const std::string&) override {}
+    std::optional<std::string> failure() override { return std::nullopt; }
+
+protected:
+    std::unique_ptr<link> open(const endpoint&) override
+    {
+        throw error("tpipe::all_here: every rank runs in this process, so no boundary needs a link");
+    }
+};
+
+static_assert(transport<link_transport> && transport_for<link_transport, std::vector<float>> && !transport_for<link_transport, int>);
+
+} // namespace tpipe
