@@ -3,7 +3,7 @@
 # The fuzz corpus replayed through the fuzz targets (tools/fuzz.sh runs them under libFuzzer).
 if(TPIPE_BUILD_EXAMPLES)  # the cli target reads tpipe-plan's options (tools/tpipe-plan/)
   add_executable(tpipe_tests_fuzz_corpus fuzz/test_corpus.cpp)
-  target_link_libraries(tpipe_tests_fuzz_corpus PRIVATE tpipe_catch_main)
+  target_link_libraries(tpipe_tests_fuzz_corpus PRIVATE tpipe_catch_main tpipe_cli)
   target_compile_definitions(tpipe_tests_fuzz_corpus PRIVATE TPIPE_FUZZ_CORPUS="${CMAKE_CURRENT_SOURCE_DIR}/fuzz/corpus")
   add_test(NAME fuzz_corpus COMMAND tpipe_tests_fuzz_corpus)
   set_tests_properties(fuzz_corpus PROPERTIES TIMEOUT 300)

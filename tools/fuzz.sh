@@ -27,7 +27,7 @@ done
 exe=$dir/fuzz_tpipe
 echo "== fuzz: build"
 "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-       -fno-omit-frame-pointer -I"$root/include" "$root/tests/fuzz/fuzz_main.cpp" -o "$exe"
+       -fno-omit-frame-pointer -I"$root/include" -I"$root/tools" "$root/tests/fuzz/fuzz_main.cpp" -o "$exe"
 for name in "${targets[@]}"; do
   scratch=$dir/corpus_$name
   log=$dir/fuzz_$name.log

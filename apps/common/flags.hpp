@@ -4,7 +4,7 @@
 #include <iostream>
 #include <string>
 
-#include <tpipe/core/flag_reader.hpp>
+#include "cli/flag_reader.hpp"
 #include <tpipe/core/quote.hpp>
 #include <tpipe/elastic/fraction.hpp>
 

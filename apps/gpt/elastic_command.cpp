@@ -12,7 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include <tpipe/core/flag_reader.hpp>  // usage_error: exit status 2
+#include "cli/flag_reader.hpp"  // usage_error: exit status 2
 #include <tpipe/core/json.hpp>
 
 #include <tpipe/elastic/driver_loop.hpp>

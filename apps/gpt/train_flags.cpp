@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include <tpipe/core/flag_reader.hpp>
+#include "cli/flag_reader.hpp"
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/spec.hpp>
 

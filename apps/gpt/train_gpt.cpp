@@ -28,7 +28,7 @@
 
 #include <tpipe/comm/thread_communicator.hpp>
 #include <tpipe/core/checked.hpp>
-#include <tpipe/core/flag_reader.hpp>
+#include "cli/flag_reader.hpp"
 #include <tpipe/core/file.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/core/json.hpp>

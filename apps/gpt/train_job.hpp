@@ -12,7 +12,7 @@
 #include <tpipe/comm/blocking_group.hpp>
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
-#include <tpipe/core/flag_reader.hpp>
+#include "cli/flag_reader.hpp"
 #include <tpipe/exec/data_parallel.hpp>
 #include <tpipe/exec/run.hpp>
 #include <tpipe/async/sync_wait.hpp>

@@ -27,7 +27,7 @@
 #include "../common/launch.hpp"
 #include "training.hpp"
 
-#include <tpipe/core/flag_reader.hpp>
+#include "cli/flag_reader.hpp"
 #include <tpipe/core/file.hpp>
 #include <tpipe/core/quote.hpp>
 #include <tpipe/exec/fingerprint.hpp>

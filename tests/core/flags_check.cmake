@@ -1,5 +1,5 @@
 # tpipe-plan, train_gpt and train_libtorch_gpt read their flags with one reader
-# (tpipe/core/flag_reader.hpp): the same mistake gets the same sentence and exit status 2 from each.
+# (tools/cli/flag_reader.hpp): the same mistake gets the same sentence and exit status 2 from each.
 # Run: cmake -DTPIPE_PLAN=... -DTRAIN_GPT=... [-DTRAIN_LIBTORCH_GPT=...] -P flags_check.cmake
 # `program`: the executable and the words before the flags (a list).
 function(refused program message)

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "tpipe/core/flag_reader.hpp"
+#include "cli/flag_reader.hpp"
 
 using tpipe::flag_reader;
 using tpipe::usage_error;

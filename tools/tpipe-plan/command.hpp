@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tpipe/core/flag_reader.hpp"
+#include "cli/flag_reader.hpp"
 
 namespace tpipe::cli {
 

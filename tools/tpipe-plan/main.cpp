@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "command.hpp"
-#include "tpipe/core/flag_reader.hpp"
+#include "cli/flag_reader.hpp"
 #include "tpipe/core/file.hpp"
 #include "tpipe/core/quote.hpp"
 

@@ -2,7 +2,7 @@
 // A non-negative factor given as a decimal or as p/q (--lambda 1/6).
 #include <string>
 
-#include "tpipe/core/flag_reader.hpp"
+#include "cli/flag_reader.hpp"
 
 namespace tpipe::cli {
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/core/flag_reader.hpp"
+#include "cli/flag_reader.hpp"
 #include "tpipe/core/file.hpp"
 #include "tpipe/core/quote.hpp"
 #include "tpipe/schedule/by_name.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "tpipe/core/checked.hpp"
-#include "tpipe/core/command_line.hpp"
+#include "cli/command_line.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/quote.hpp"
 
