@@ -141,9 +141,6 @@ public:
         stop_ = std::move(stop);
     }
 
-    //! The link this channel runs over.
-    const tpipe::link& link() const noexcept { return *link_; }
-
 private:
     enum state_t : int { idle, posted, full, taken };
 

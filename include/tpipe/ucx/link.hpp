@@ -122,9 +122,11 @@ public:
         }
         addresses_ = mpi::detail::all_gather_text(comm, address, "tpipe::ucx::link_engine (worker addresses)");
         for (std::size_t p = 0; p < addresses_.size(); ++p)
-            if (addresses_[p].empty())
+            if (addresses_[p].empty()) {
+                stop();  // no destructor runs after a throwing constructor
                 throw error("ucx::link_engine: UCX did not start on process " + std::to_string(p) +
                             (static_cast<int>(p) == me_ ? ": " + why : std::string(" (its own error says why)")));
+            }
     }
     link_engine(const link_engine&) = delete;
     link_engine& operator=(const link_engine&) = delete;
@@ -132,8 +134,7 @@ public:
     {
         std::lock_guard<std::mutex> g(m_);
         for (auto& [peer, ep] : eps_) close(ep);
-        if (worker_) ucp_worker_destroy(worker_);
-        if (context_) ucp_cleanup(context_);
+        stop();
     }
 
     std::unique_ptr<tpipe::link> open(const endpoint& e, int peer) override
@@ -178,6 +179,14 @@ private:
         wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
         wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // every call holds m_
         detail::check(ucp_worker_create(context_, &wp, &worker_), "ucp_worker_create");
+    }
+
+    void stop() noexcept
+    {
+        if (worker_) ucp_worker_destroy(worker_);
+        if (context_) ucp_cleanup(context_);
+        worker_ = nullptr;
+        context_ = nullptr;
     }
 
     //! Flushes and closes an endpoint, forcing it after a second (the peer may be gone).
