@@ -145,6 +145,42 @@ TEST_CASE("the watchdog turns a receive that never comes into an error naming ev
     CHECK_THROWS_AS(tpipe::run(fresh, p, eng, io, opts), tpipe::watchdog_error);
 }
 
+TEST_CASE("without validation the runner still refuses what it would index by: stages, ranks, units", "[exec][failure]")
+{
+    tpipe::cpu_engine eng(2);
+    auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
+    tpipe::run_options opts;
+    opts.validate = false;
+    auto refused = [&](tpipe::program p, const std::string& what) {
+        try {
+            tpipe::runner r(pipe, p, eng, opts);
+            FAIL("the runner took the program");
+        } catch (const tpipe::invalid_program& e) {
+            CAPTURE(e.what());
+            CHECK(contains(e.what(), what));
+        }
+    };
+    const auto base = [] { return tpipe::lower(tpipe::gpipe{}.program(tpipe::topology{2}, tpipe::microbatches(2))); };
+    auto wrong_rank = base();
+    wrong_rank.actions[0][0].stage = 1;
+    refused(wrong_rank, "rank 0, action #0 '1F0': stage 1 is placed on rank 1");
+    auto no_stage = base();
+    no_stage.actions[1][0].stage = 7;
+    refused(no_stage, "stage 7 does not exist");
+    auto no_unit = base();
+    no_unit.actions[0][0].microbatch = 9;
+    refused(no_unit, "is not a unit of this iteration");
+    auto forward_only = base();  // not a whole iteration, but every action is addressable: it runs
+    for (auto& row : forward_only.actions)
+        std::erase_if(row, [](const tpipe::action& a) { return a.kind == tpipe::op::B || a.kind == tpipe::op::SEND_B ||
+                                                                a.kind == tpipe::op::RECV_B; });
+    CHECK_THROWS_AS(tpipe::validate(forward_only), tpipe::invalid_program);
+    tpipe::io_for<decltype(pipe)> io;
+    io.source = synth::source;
+    tpipe::runner r(pipe, forward_only, eng, opts);
+    CHECK_NOTHROW(r.run(io));
+}
+
 TEST_CASE("cancellation wakes receivers blocked on other devices", "[exec][failure]")
 {
     // Stage 0 fails at its first forward while every other rank already waits in a receive.

@@ -34,7 +34,7 @@ struct backward_hook {
 struct run_options {
     std::vector<int> device_of_rank;                                //!< empty: rank r on device r % devices
     std::chrono::milliseconds watchdog{std::chrono::seconds(60)};   //!< 0: no watchdog
-    bool validate = true;                                           //!< tpipe::validate the program first
+    bool validate = true;                                           //!< tpipe::validate first (false: validate_structure)
     //! Record every action's interval into run_stats::events (for trace(), text_timeline,
     //! svg_timeline). Off, only compute actions are timed (for busy): two TSC reads per compute
     //! action and none per send or receive.
@@ -84,9 +84,10 @@ struct run_stats {
 //! `loss` before December 2026: it returns a gradient, not a loss.)
 template <class In, class Out>
 struct run_io {
-    std::function<In(const unit&)> source;               //!< required
-    std::function<Out(const unit&, Out&&)> output_grad;  //!< optional: default drops out, seeds Out{}
-    std::function<void(const unit&, In&&)> input_grad;   //!< optional: default drops it
+    // Initialised, so that `io{.source = f, .output_grad = g}` names only what it sets.
+    std::function<In(const unit&)> source{};               //!< required
+    std::function<Out(const unit&, Out&&)> output_grad{};  //!< optional: default drops out, seeds Out{}
+    std::function<void(const unit&, In&&)> input_grad{};   //!< optional: default drops it
 };
 
 //! The run_io of a pipeline type.

@@ -107,19 +107,19 @@ public:
     {
         detail::check_program_fits(prog_, static_cast<int>(pipe.size()));
         if (opts_.validate) validate(prog_);
+        else validate_structure(prog_);
         R_ = prog_.ranks;
         U_ = prog_.units.units();
         for (int i = 0; i < U_; ++i) units_.push_back(prog_.units.at(i));
         frame_.units = units_.data();
         where_ = detail::place_ranks(R_, opts_.device_of_rank, eng_, [this](int r) { return x_->runs(r); });
         bind(pipe);
-        plan_ = detail::compile_ranks(prog_, bindings_, U_, where_.local_ranks, [this](int r) { return x_->runs(r); });
+        plan_ = detail::compile_ranks(prog_, bindings_, U_, [this](int r) { return x_->runs(r); });
         x_->agree(detail::program_fingerprint(prog_, bindings_.size(), U_, payload_names_));
         progress_ = std::make_unique<detail::rank_progress[]>(static_cast<std::size_t>(R_));
         events_.resize(static_cast<std::size_t>(R_));
         busy_.assign(static_cast<std::size_t>(R_), 0.0);
         done_.assign(static_cast<std::size_t>(R_), 0);
-        transfers_.assign(static_cast<std::size_t>(R_), 0);
         peak_.assign(static_cast<std::size_t>(R_), 0);
     }
 
@@ -219,9 +219,7 @@ public:
         roots.clear();
         tasks.clear();
         frame_.io = nullptr;
-        std::int64_t undelivered = 0;  // sends minus receives: each receive takes one distinct sent payload
-        for (std::int64_t n : transfers_) undelivered += n;
-        left_payloads_ = error_ != nullptr || (undelivered != 0 && where_.all_local);
+        left_payloads_ = error_ != nullptr || (plan_.unmatched_sends != 0 && where_.all_local);
         if (error_) {
             if (!where_.all_local) broken_ = true;
             if (error_is_local_ && !told_peers_) x_->fail(detail::what_of(error_));
@@ -297,7 +295,6 @@ private:
             if (opts_.trace) events_[r].reserve(plan_.steps[r].size());
             busy_[r] = 0;
             done_[r] = 0;
-            transfers_[r] = 0;
             peak_[r] = 0;
         }
     }
@@ -326,7 +323,6 @@ private:
         bool owes_turn = false;
         std::int64_t busy = 0;  // ticks; signed, as TSCs of different cores may differ by a few
         std::size_t done = 0;
-        std::int64_t transfers = 0;
         int live = 0, peak = 0;
         std::size_t i = 0;
         std::vector<std::unique_ptr<detail::joinable_job>> jobs;  // backward_hook work started by this rank
@@ -353,12 +349,11 @@ private:
                 const std::uint64_t start = trace || compute ? detail::tick_clock::now() : 0;
                 switch (st.kind) {
                 case op::RECV_F:
-                case op::RECV_B: --transfers; break;  // posted: remote receives when the rank started
+                case op::RECV_B: break;               // posted: remote receives when the rank started
                 case op::OVERLAP_F_B: break;          // its computes are the next steps
                 case op::SEND_F:
                 case op::SEND_B:
                     st.run(*st.stage, st.u);
-                    ++transfers;
                     break;
                 default: co_await eng_.compute(dev, [&st] { st.run(*st.stage, st.u); });
                 }
@@ -408,7 +403,6 @@ private:
         busy_[r] = static_cast<double>(busy) * clock_.spt;
         peak_[r] = peak;
         done_[r] = done;
-        transfers_[r] = transfers;
         prog.finished.store(true, std::memory_order_relaxed);
         home.release();
     }
@@ -478,7 +472,6 @@ private:
     std::unique_ptr<detail::rank_progress[]> progress_;
     std::vector<double> busy_;
     std::vector<std::size_t> done_;        //!< per rank, actions executed
-    std::vector<std::int64_t> transfers_;  //!< per rank, sends minus receives executed
     std::vector<int> peak_;
     bool left_payloads_ = false;  //!< the last iteration may have left payloads in storage or channels
     bool broken_ = false;         //!< an iteration failed with ranks in other processes

@@ -39,7 +39,7 @@ public:
 
     void send(int tag, std::span<const std::byte> header, std::span<const std::byte> body) override
     {
-        send_slot& s = slot(sends_, tag);
+        send_slot& s = tpipe::detail::slot_at(sends_, tag, "mpi::link");
         s.head_req = isend(header, tag_base_ + 2 * tag, "MPI_Isend (payload header)");
         if (!body.empty()) s.body_req = isend(body, tag_base_ + 2 * tag + 1, "MPI_Isend (payload body)");
         pending_sends_.push_back(tag);
@@ -47,7 +47,7 @@ public:
 
     void post(int tag, std::span<std::byte> header) override
     {
-        recv_slot& s = slot(recvs_, tag);
+        recv_slot& s = tpipe::detail::slot_at(recvs_, tag, "mpi::link");
         s.head = header;
         s.body_posted = false;
         check(MPI_Irecv(header.data(), static_cast<int>(header.size()), MPI_BYTE, peer_, tag_base_ + 2 * tag, comm_, &s.req),
@@ -118,13 +118,6 @@ private:
         MPI_Request head_req = MPI_REQUEST_NULL, body_req = MPI_REQUEST_NULL;
     };
 
-    template <class Slot>
-    Slot& slot(std::vector<Slot>& v, int tag)
-    {
-        if (tag < 0 || static_cast<std::size_t>(tag) >= v.size())
-            throw error("mpi::link: tag " + std::to_string(tag) + " is outside [0, " + std::to_string(v.size()) + ")");
-        return v[static_cast<std::size_t>(tag)];
-    }
 
     static int count_of(std::size_t bytes)
     {

@@ -49,6 +49,39 @@ struct verdict {
     constexpr bool ok() const { return what == problem::none; }
 };
 
+//! The checks that need no replay: the program's shape (ranks, action lists, a placement on its
+//! ranks), and that every action names a stage of it, runs on the rank that owns the stage and
+//! names a unit of the scheme, and that every OVERLAP_F_B header is followed by its computes.
+//! check() runs these first; a runner runs them even when told not to validate, as it indexes
+//! its stages and units by them.
+constexpr verdict check_structure(const program& p)
+{
+    auto fail = [](problem what, int r, int i, action at) { return verdict{what, r, i, at, {}, {}}; };
+    if (p.ranks < 1 || static_cast<int>(p.actions.size()) != p.ranks || p.stage_rank.empty())
+        return fail(problem::bad_shape, -1, -1, {});
+    for (int rk : p.stage_rank)
+        if (rk < 0 || rk >= p.ranks) return fail(problem::bad_shape, rk, -1, {});
+    const int S = p.stages();
+    for (int r = 0; r < p.ranks; ++r) {
+        const auto& row = p.actions[r];
+        for (std::size_t k = 0; k < row.size(); ++k) {
+            const action& a = row[k];
+            const int i = static_cast<int>(k);
+            if (a.kind == op::OVERLAP_F_B) {  // a group header: followed by the computes it groups
+                const int n = a.microbatch;
+                bool ok = n >= 2 && k + static_cast<std::size_t>(n) < row.size();
+                for (int g = 1; ok && g <= n; ++g) ok = is_compute(row[k + g].kind);
+                if (!ok) return fail(problem::bad_group, r, i, a);
+                continue;
+            }
+            if (a.stage < 0 || a.stage >= S) return fail(problem::bad_stage, r, i, a);
+            if (p.stage_rank[a.stage] != r) return fail(problem::wrong_rank, r, i, a);
+            if (!is_stage_level(a.kind) && !p.units.contains(a.microbatch, a.slice)) return fail(problem::bad_unit, r, i, a);
+        }
+    }
+    return {};
+}
+
 namespace detail {
 
 //! Durations and observer for a replay that only checks (all zero, records nothing).
@@ -66,7 +99,7 @@ public:
 
     constexpr verdict run()
     {
-        if (auto v = check_shape(); !v.ok()) return v;
+        if (auto v = check_structure(p_); !v.ok()) return v;
         const int S = p_.stages(), U = p_.units.units(), R = p_.ranks;
         comm_ = p_.lowered();
         const std::size_t n = static_cast<std::size_t>(S) * static_cast<std::size_t>(U);
@@ -138,33 +171,11 @@ private:
     //! Blocked: reported with kind deadlock; rank holds the rank waited on.
     static constexpr verdict blocked(action needs, int on_rank) { return verdict{problem::deadlock, on_rank, -1, {}, needs, {}}; }
 
-    constexpr verdict check_shape() const
-    {
-        if (p_.ranks < 1 || static_cast<int>(p_.actions.size()) != p_.ranks || p_.stage_rank.empty())
-            return fail(problem::bad_shape, -1, -1, {});
-        for (int rk : p_.stage_rank)
-            if (rk < 0 || rk >= p_.ranks) return fail(problem::bad_shape, rk, -1, {});
-        for (int r = 0; r < p_.ranks; ++r) {  // a group header is followed by the computes it groups
-            const auto& row = p_.actions[r];
-            for (std::size_t i = 0; i < row.size(); ++i) {
-                if (row[i].kind != op::OVERLAP_F_B) continue;
-                const int n = row[i].microbatch;
-                bool ok = n >= 2 && i + static_cast<std::size_t>(n) < row.size();
-                for (int k = 1; ok && k <= n; ++k) ok = is_compute(row[i + k].kind);
-                if (!ok) return fail(problem::bad_group, r, static_cast<int>(i), row[i]);
-            }
-        }
-        return {};
-    }
-
     constexpr verdict step(int r, int i, const action& a)
     {
+        // check_structure: the stage exists, is this rank's, and the unit is the scheme's.
         if (a.kind == op::OVERLAP_F_B) return {};  // its computes follow and run in order
-        const int S = p_.stages();
-        if (a.stage < 0 || a.stage >= S) return fail(problem::bad_stage, r, i, a);
-        if (p_.stage_rank[a.stage] != r) return fail(problem::wrong_rank, r, i, a);
         if (is_stage_level(a.kind)) return stage_step(r, i, a);
-        if (!p_.units.contains(a.microbatch, a.slice)) return fail(problem::bad_unit, r, i, a);
         const int s = a.stage, mb = a.microbatch, sl = a.slice;
         const int u = p_.units.index(mb, sl);
         const std::size_t k = key(s, u);
@@ -204,7 +215,7 @@ private:
                     return fail(problem::out_of_order, r, i, a, action{s, a.kind, mb, sl + 1});
                 after(bi_[key(s, u + 1)]);
             }
-            if (s + 1 < S) {
+            if (s + 1 < p_.stages()) {
                 if (auto v = input(r, i, a, s + 1, u, a.kind, op::RECV_B, bi_, got_b_, sent_b_, ready); !v.ok()) return v;
             }
             const double start = ready, end = start + t_.compute(a, un);

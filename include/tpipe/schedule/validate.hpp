@@ -124,4 +124,11 @@ inline void validate(const program& p)
     if (auto v = check(p); !v.ok()) throw invalid_program(explain(p, v));
 }
 
+//! validate() for the rules of check_structure only (shape, stages, ranks, units, groups): what a
+//! program that is not meant to be whole (forward only, a benchmark's) must still obey.
+inline void validate_structure(const program& p)
+{
+    if (auto v = check_structure(p); !v.ok()) throw invalid_program(explain(p, v));
+}
+
 } // namespace tpipe

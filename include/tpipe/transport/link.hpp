@@ -32,7 +32,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "tpipe/core/error.hpp"
 #include "tpipe/transport/transport.hpp"
 
 namespace tpipe {
@@ -80,5 +82,17 @@ public:
     //! "MPI", "UCX": for the processes' agreement and error messages.
     virtual std::string name() const = 0;
 };
+
+namespace detail {
+//! A link's per-tag slot: v[tag], or an error naming the link `who` when the channel asks for a
+//! tag outside the iteration's [0, v.size()).
+template <class Slot>
+Slot& slot_at(std::vector<Slot>& v, int tag, const char* who)
+{
+    if (tag < 0 || static_cast<std::size_t>(tag) >= v.size())
+        throw error(std::string(who) + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(v.size()) + ")");
+    return v[static_cast<std::size_t>(tag)];
+}
+} // namespace detail
 
 } // namespace tpipe

@@ -76,13 +76,6 @@ private:
         void* body = nullptr;
     };
 
-    template <class Slot>
-    Slot& slot(std::vector<Slot>& v, int tag)
-    {
-        if (tag < 0 || static_cast<std::size_t>(tag) >= v.size())
-            throw error("ucx::link: tag " + std::to_string(tag) + " is outside [0, " + std::to_string(v.size()) + ")");
-        return v[static_cast<std::size_t>(tag)];
-    }
     std::uint64_t ucp_tag(std::uint64_t from, int tag, int part) const noexcept
     {
         return from << 48 | stream_ << 32 | static_cast<std::uint64_t>(2 * tag + part);
@@ -226,7 +219,7 @@ inline link::link(link_engine& engine, ucp_ep_h ep, int peer, std::uint64_t stre
 
 inline void link::send(int tag, std::span<const std::byte> header, std::span<const std::byte> body)
 {
-    send_slot& s = slot(sends_, tag);
+    send_slot& s = tpipe::detail::slot_at(sends_, tag, "ucx::link");
     std::lock_guard<std::mutex> g(engine_.m_);
     auto isend = [&](std::span<const std::byte> b, int part) -> void* {
         ucp_request_param_t p{};
@@ -251,7 +244,7 @@ inline void* link::receive(std::span<std::byte> into, int tag, int part)
 
 inline void link::post(int tag, std::span<std::byte> header)
 {
-    recv_slot& s = slot(recvs_, tag);
+    recv_slot& s = tpipe::detail::slot_at(recvs_, tag, "ucx::link");
     std::lock_guard<std::mutex> g(engine_.m_);
     s = recv_slot{.head = header};
     s.req = receive(header, tag, 0);

@@ -33,80 +33,68 @@ struct rank_plan {
     std::vector<std::vector<step>> steps;
     std::vector<std::vector<post_of>> posts;
     std::vector<std::vector<drain_of>> drains;
+    //! SENDs minus RECVs over every rank: a program run whole leaves this many payloads in its
+    //! channels (0 for a valid program; a forward-only benchmark's may not be).
+    std::int64_t unmatched_sends = 0;
 };
 
-//! Compiles the lowered `prog` over the stages' `bindings` (`units` units; `runs(r)`: this
-//! process runs rank r; `local_ranks`: those ranks). Throws tpipe::invalid_program for an action
-//! that names a stage outside the pipeline, a stage on another rank or a unit outside the scheme.
+//! Compiles the lowered `prog`, whose structure was checked (tpipe::check_structure), over the
+//! stages' `bindings` (`units` units; `runs(r)`: this process runs rank r). One pass per rank: a
+//! RECV of a rank run here posts its receive when the rank starts (if the sender is in another
+//! process), and the compute that consumes the payload awaits its arrival; the RECV's own step
+//! only marks the program's place (the trace, the progress a stall report names).
 template <class Runs>
-rank_plan compile_ranks(const program& prog, const std::vector<stage_binding>& bindings, int units,
-                        const std::vector<int>& local_ranks, Runs&& runs)
+rank_plan compile_ranks(const program& prog, const std::vector<stage_binding>& bindings, int units, Runs&& runs)
 {
     rank_plan plan;
     plan.steps.assign(static_cast<std::size_t>(prog.ranks), {});
     plan.posts.assign(static_cast<std::size_t>(prog.ranks), {});
     plan.drains.assign(static_cast<std::size_t>(prog.ranks), {});
-    const int stages = static_cast<int>(bindings.size());
-    for (int r = 0; r < prog.ranks; ++r)
+    std::vector<char> received;  // per (stage, unit, direction): a RECV of this rank came before
+    auto posted = [&](int stage, int u, bool fwd) -> char& {
+        return received[(static_cast<std::size_t>(stage) * static_cast<std::size_t>(units) + static_cast<std::size_t>(u)) * 2 +
+                        (fwd ? 0 : 1)];
+    };
+    for (int r = 0; r < prog.ranks; ++r) {
+        for (const action& a : prog.actions[r]) {  // sends and receives to match, for every rank
+            if (a.kind == op::SEND_F || a.kind == op::SEND_B) ++plan.unmatched_sends;
+            if (a.kind == op::RECV_F || a.kind == op::RECV_B) --plan.unmatched_sends;
+        }
+        if (!runs(r)) continue;
+        received.assign(bindings.size() * static_cast<std::size_t>(units) * 2, 0);
+        auto& steps = plan.steps[r];
         for (const action& a : prog.actions[r]) {
             if (a.kind == op::OVERLAP_F_B) {  // a group header: its computes follow and run in order
-                if (runs(r)) plan.steps[r].push_back(step{.kind = op::OVERLAP_F_B});
+                steps.push_back(step{.kind = op::OVERLAP_F_B});
                 continue;
             }
-            if (a.stage < 0 || a.stage >= stages)
-                throw invalid_program("action '" + to_string(a) + "' on rank " + std::to_string(r) +
-                                      " names a stage outside [0, " + std::to_string(stages) + ")");
-            if (prog.stage_rank[a.stage] != r)
-                throw invalid_program("action '" + to_string(a) + "' runs on rank " + std::to_string(r) +
-                                      " but stage " + std::to_string(a.stage) + " is placed on rank " +
-                                      std::to_string(prog.stage_rank[a.stage]));
-            if (!prog.units.contains(a.microbatch, a.slice))
-                throw invalid_program("action '" + to_string(a) + "' names a unit that is not in the scheme");
-            const step st =
-                compile_step(a, bindings[a.stage], prog.units.index(a.microbatch, a.slice));
-            if (!runs(r)) continue;
-            if (st.waits_on && st.waits_on->remote(st.forward)) plan.posts[r].push_back({st.waits_on, st.forward, st.u});
-            if (a.kind == op::SEND_F || a.kind == op::SEND_B) {
-                const bool fwd = a.kind == op::SEND_F;
+            step st = compile_step(a, bindings[a.stage], prog.units.index(a.microbatch, a.slice));
+            if (st.kind == op::RECV_F || st.kind == op::RECV_B) {
+                posted(a.stage, st.u, st.forward) = 1;
+                if (st.waits_on->remote(st.forward)) plan.posts[r].push_back({st.waits_on, st.forward, st.u});
+                st.waits_on = nullptr;  // the consuming compute awaits it
+            } else if (st.kind == op::F && posted(a.stage, st.u, true)) {
+                st.waits_on = bindings[a.stage].in;
+                st.forward = true;
+            } else if ((st.kind == op::B || st.kind == op::I) && posted(a.stage, st.u, false)) {
+                st.waits_on = bindings[a.stage].out;
+                st.forward = false;
+            } else if (st.kind == op::SEND_F || st.kind == op::SEND_B) {
+                const bool fwd = st.kind == op::SEND_F;
                 boundary_base* b = fwd ? bindings[a.stage].out : bindings[a.stage].in;
                 const bool known = std::any_of(plan.drains[r].begin(), plan.drains[r].end(),
                                                [&](const drain_of& d) { return d.b == b && d.forward == fwd; });
                 if (b->remote(fwd) && !known) plan.drains[r].push_back({b, fwd});
             }
-            plan.steps[r].push_back(st);
+            steps.push_back(st);
         }
-    // A receive only posts (tpipe/schedule/action.hpp): the compute that consumes the payload
-    // waits for it. Each F (B, I) whose input (output gradient) this rank received earlier
-    // in the program awaits its arrival first.
-    for (int r : local_ranks) {
-        std::vector<char> received(bindings.size() * static_cast<std::size_t>(units) * 2, 0);
-        auto slot = [&](int stage, int u, bool fwd) -> char& {
-            return received[(static_cast<std::size_t>(stage) * static_cast<std::size_t>(units) +
-                             static_cast<std::size_t>(u)) * 2 + (fwd ? 0 : 1)];
-        };
-        for (std::size_t i = 0; i < plan.steps[r].size(); ++i) {
-            step& st = plan.steps[r][i];
-            const int stage = prog.actions[r][i].stage;
-            if (st.kind == op::RECV_F || st.kind == op::RECV_B) {
-                slot(stage, st.u, st.kind == op::RECV_F) = 1;
-            } else if (st.kind == op::F && slot(stage, st.u, true)) {
-                st.waits_on = bindings[stage].in;
-                st.forward = true;
-            } else if ((st.kind == op::B || st.kind == op::I) && slot(stage, st.u, false)) {
-                st.waits_on = bindings[stage].out;
-                st.forward = false;
-            }
-        }
-    }
-    // The last backward action (B, I or W) of each stage on its rank starts the stage's
-    // backward_hook work.
-    for (int r : local_ranks) {
+        // The last backward action (B, I or W) of each stage on its rank starts the stage's
+        // backward_hook work.
         std::vector<bool> seen(bindings.size(), false);
-        for (std::size_t i = plan.steps[r].size(); i-- > 0;) {
-            step& st = plan.steps[r][i];
+        for (std::size_t i = steps.size(); i-- > 0;) {
             const int s = prog.actions[r][i].stage;
-            if ((st.kind == op::B || st.kind == op::I || st.kind == op::W) && !seen[s]) {
-                st.last_backward = true;
+            if ((steps[i].kind == op::B || steps[i].kind == op::I || steps[i].kind == op::W) && !seen[s]) {
+                steps[i].last_backward = true;
                 seen[s] = true;
             }
         }
