@@ -98,25 +98,21 @@ vec loss_gradient(const tpipe::unit& u, const vec& y, double& total)
 
 int main(int argc, char** argv)
 {
+    // [snippet:loop]
     tpipe::mpi::environment env(argc, argv);     // MPI, also for one process
     tpipe::mpi::job job({.pipeline_ranks = 2});  // 2 processes: a stage each; 1: both on threads
-    const auto here = [&](int s) { return job.single_process() || job.where().rank == s; };
-    const auto units = tpipe::microbatch_slicer{.count = 4}.scheme({.rows = rows, .seq_len = 1});
-    const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{.ranks = 2}, units);
-
-    // [snippet:loop]
+    auto here = [&](int s) { return job.transport().runs(s); };  // stage s (on rank s) runs in this process
+    auto units = tpipe::microbatch_slicer{.count = 4}.scheme({.rows = rows, .seq_len = 1});
+    auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{.ranks = 2}, units);
     tpipe::uniform_pipeline<dense> pipe({here(0) ? layer(0) : dense{}, here(1) ? layer(1) : dense{}});
     tpipe::cpu_engine cpu(job.single_process() ? 2 : 1);  // a loop thread per stage run here
     tpipe::runner r(pipe, prog, cpu, job.transport());    // to and from the other process's stage
     double loss = 0;
-    tpipe::io_for<decltype(pipe)> io;
-    io.source = inputs;  // called where stage 0 runs
-    io.output_grad = [&](const tpipe::unit& u, vec&& y) { return loss_gradient(u, y, loss); };  // where stage 1 runs
+    tpipe::io_for<decltype(pipe)> io{.source = inputs,  // where stage 0 runs; the loss where stage 1 does
+                                     .output_grad = [&](const tpipe::unit& u, vec&& y) { return loss_gradient(u, y, loss); }};
     for (int step = 0; step < steps; ++step) {
-        loss = 0;
-        r.run(io);
-        for (int s : {0, 1})
-            if (here(s)) pipe.stage(s).step();  // each process steps the stage it holds
+        loss = 0, r.run(io);
+        for (int s : {0, 1}) if (here(s)) pipe.stage(s).step();  // each process steps the stage it holds
         if (here(1) && step % 10 == 0) std::printf("step %2d  loss %.5f\n", step, loss);
     }
     // [/snippet]
