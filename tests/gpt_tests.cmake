@@ -24,6 +24,11 @@ if(TPIPE_BUILD_EXAMPLES)
       --steps 400 --freeze-every 80 --alpha 0.5 --check --json)
   add_test(NAME gpt_train_elastic COMMAND train_gpt ${TPIPE_GPT_ELASTIC_ARGS})
   set_tests_properties(gpt_train_elastic PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+  # A tied LM head (the token embedding) freezes with layer 0; the head reads it frozen.
+  set(TPIPE_GPT_ELASTIC_TIED_ARGS ${TPIPE_GPT_ELASTIC_ARGS})
+  list(REMOVE_ITEM TPIPE_GPT_ELASTIC_TIED_ARGS --untied)
+  add_test(NAME gpt_train_elastic_tied COMMAND train_gpt ${TPIPE_GPT_ELASTIC_TIED_ARGS})
+  set_tests_properties(gpt_train_elastic_tied PROPERTIES TIMEOUT 300 PASS_REGULAR_EXPRESSION "\"frozen\":4.*\"check_ok\":true")
   # TeraPipe inside it: every re-plan re-slices tokens for the new depth on the profiled per-layer
   # latencies; bitwise equal to the same freezing run unit by unit with the same slices. Whether
   # the DP cuts a sequence at all depends on the latencies profiled on this machine at this moment
@@ -128,10 +133,10 @@ if(TPIPE_BUILD_EXAMPLES AND TPIPE_ENABLE_MPI)
            COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
                    --transport mpi --devices 2 ${TPIPE_GPT_ELASTIC_ARGS})
   set_tests_properties(gpt_mpi_elastic PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
-  if(TPIPE_ENABLE_UCX)  # the same with its payloads over UCX: every plan's transport gets a UCX engine
+  if(TPIPE_ENABLE_UCX)  # the same, tied, with its payloads over UCX: every plan's transport gets a UCX engine
     add_test(NAME gpt_mpi_elastic_ucx
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_gpt>
-                     --transport mpi --link ucx --devices 2 ${TPIPE_GPT_ELASTIC_ARGS})
+                     --transport mpi --link ucx --devices 2 ${TPIPE_GPT_ELASTIC_TIED_ARGS})
     set_tests_properties(gpt_mpi_elastic_ucx PROPERTIES TIMEOUT 300 PROCESSORS 2
                          PASS_REGULAR_EXPRESSION "\"check_ok\":true[^\n]*\"link\":\"ucx\"")
   endif()

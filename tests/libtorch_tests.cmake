@@ -92,10 +92,11 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                            PASS_REGULAR_EXPRESSION "\"check_ok\":true")
     endforeach()
     # --tp: Megatron's split of the libtorch GPT (tensor x pipeline), threads against MPI processes
-    # bitwise and each against plain libtorch (tests/libtorch/tensor_parallel.sh).
+    # (over MPI's links and, built with UCX, UCX's) bitwise and each against plain libtorch
+    # (tests/libtorch/tensor_parallel.sh).
     add_test(NAME libtorch_gpt_tensor_parallel
              COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/libtorch/tensor_parallel.sh $<TARGET_FILE:train_libtorch_gpt>
-                     ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}")
+                     ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}" $<$<BOOL:${TPIPE_ENABLE_UCX}>:ucx>)
     set_tests_properties(libtorch_gpt_tensor_parallel PROPERTIES TIMEOUT 300 PROCESSORS 2)
     # --elastic over MPI (tpipe::mpi::elastic_driver): 3 processes, ending as 3 replicas of 1 stage.
     add_test(NAME libtorch_gpt_elastic_mpi
@@ -103,11 +104,16 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --devices 3 ${libtorch_elastic} --batch 6)
     set_tests_properties(libtorch_gpt_elastic_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION
                          "\"final_frozen\":3,\"final_stages\":1,\"final_replicas\":3,.*\"replicas_identical\":true,\"replans_kept_weights\":true.*\"check_ok\":true")
+    # Its re-planned pipelines' payloads cross over UCX where it is built (the one above: MPI's).
+    set(libtorch_link mpi)
+    if(TPIPE_ENABLE_UCX)
+      set(libtorch_link ucx)
+    endif()
     add_test(NAME libtorch_gpt_elastic_terapipe_mpi
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 ${TPIPE_MPIEXEC_FLAGS} $<TARGET_FILE:train_libtorch_gpt>
-                     --transport mpi --threads 1 ${libtorch_elastic} --batch 4 --slicer terapipe)
+                     --transport mpi --link ${libtorch_link} --threads 1 ${libtorch_elastic} --batch 4 --slicer terapipe)
     set_tests_properties(libtorch_gpt_elastic_terapipe_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2
-                         PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+                         PASS_REGULAR_EXPRESSION "\"link\":\"${libtorch_link}\".*\"check_ok\":true")
     # docs/libtorch.md's walk-through (tied head, ZB-H1): on two threads of one process (started
     # without mpirun) and on two processes, each against the plain loop.
     add_test(NAME libtorch_user_model_threads COMMAND libtorch_user_model --check)

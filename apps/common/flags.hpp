@@ -40,4 +40,12 @@ inline void check_threads(int threads, int processes_here)
                   << " is more than this machine's " << cores << " cores; the threads will share them and run slower\n";
 }
 
+//! --link L: mpi or ucx; ucx only in an app built with UCX (`with_ucx`: its TPIPE_APPS_UCX).
+inline void check_link(const std::string& app, const std::string& link, bool with_ucx)
+{
+    if (link != "mpi" && link != "ucx") throw usage_error("unknown link " + tpipe::quote(link) + "; use mpi or ucx");
+    if (link == "ucx" && !with_ucx)
+        throw usage_error("--link ucx: this " + app + " was built without UCX (configure with -DTPIPE_ENABLE_UCX=ON)");
+}
+
 } // namespace tpipe_examples

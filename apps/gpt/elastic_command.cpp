@@ -23,14 +23,12 @@
 #include "gpt/frozen.hpp"
 
 #ifdef TPIPE_GPT_MPI
+#include "../common/links.hpp"
 #include <tpipe/comm/every_member.hpp>
 #include <tpipe/async/sync_wait.hpp>
 #include <tpipe/exec/fingerprint.hpp>
 #include <tpipe/mpi/agree.hpp>
 #include <tpipe/mpi/elastic_driver.hpp>
-#ifdef TPIPE_GPT_UCX
-#include <tpipe/ucx/link.hpp>
-#endif
 #include <tpipe/schedule/by_name.hpp>
 #include <tpipe/slice/slicers.hpp>
 
@@ -256,12 +254,9 @@ int run_elastic_command(const elastic_command& c, const std::string& text)
         d.after_step = [&](std::int64_t done, const tpipe::elastic::replan_record& plan) {
             after_step(done, plan, trained->params(), trained->optimizer());
         };
-        tpipe::mpi::link_maker links;  // payloads over MPI
-#ifdef TPIPE_GPT_UCX
-        if (c.link == "ucx") links = tpipe::ucx::links;
-#endif
         tpipe::mpi::elastic_driver<elastic_gpt> driver(std::make_unique<elastic_gpt>(c.cfg, data, o.opt, o.seed),
-                                                       data.samples(), d, per_process, tpipe::mpi::communicator::world(), links);
+                                                       data.samples(), d, per_process, tpipe::mpi::communicator::world(),
+                                                       tpipe_examples::link_maker_of(c.link));
         trained = &driver.model();
         speaks = driver.process() == 0;
         header();

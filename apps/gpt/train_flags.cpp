@@ -64,7 +64,8 @@ const char* usage_text =
     "                    sums; --check then compares within 3e-2, and --check-tol defaults to 3e-2)\n"
     "  --recompute       activation recomputation: each unit keeps only its input to a stage and recomputes the\n"
     "                    stage's forward in its backward (bitwise the same training; less memory, more time)\n"
-    "  --untied          separate LM head (default: tied to the token embedding; --elastic needs it)\n"
+    "  --untied          separate LM head (default: tied to the token embedding, which\n"
+    "                    --elastic freezes with layer 0: the head then reads it frozen)\n"
     "  --elastic         elastic pipelining (PipeTransformer): start as one --devices-stage pipeline; as layers\n"
     "                    freeze, shorten the pipelines and add data-parallel replicas; one line per interval\n"
     "                    (--stages, --dp and --schedule do not apply; the schedule is 1f1b; with --slicer\n"
@@ -199,10 +200,10 @@ options parse(int argc, char** argv)
         throw usage_error("--transport mpi: this train_gpt was built without MPI (configure with -DTPIPE_ENABLE_MPI=ON)");
 #endif
     r.applies_only({"--link"}, o.transport == "mpi", "applies with --transport mpi");
-    if (o.link != "mpi" && o.link != "ucx") throw usage_error("unknown link '" + o.link + "'; use mpi or ucx");
-#ifndef TPIPE_GPT_UCX
-    if (o.link == "ucx")
-        throw usage_error("--link ucx: this train_gpt was built without UCX (configure with -DTPIPE_ENABLE_UCX=ON)");
+#ifdef TPIPE_APPS_UCX
+    tpipe_examples::check_link("train_gpt", o.link, true);
+#else
+    tpipe_examples::check_link("train_gpt", o.link, false);
 #endif
     const auto names = tpipe::schedule_names();  // the runnable ones; PyTorch's class names are aliases
     const std::string asked = o.schedule;

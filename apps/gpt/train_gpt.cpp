@@ -266,7 +266,6 @@ int train_elastic(const options& o, const std::string& text)
     c.opts.opt.lr = o.lr;
     if (o.slicer == "terapipe")  // token slices inside the elastic pipeline, re-planned at every re-plan
         c.opts.terapipe_granularity = o.granularity > 0 ? o.granularity : std::max<std::int64_t>(1, o.cfg.seq_len / 16);
-    if (o.cfg.tied) throw usage_error("--elastic freezes the embedding with the first layer, which would freeze a tied LM head too: add --untied");
     if (o.el.opts.max_frozen > o.cfg.layers)
         throw usage_error("--max-frozen " + std::to_string(o.el.opts.max_frozen) + " exceeds the " + std::to_string(o.cfg.layers) + " layers");
     if (!(o.el.opts.alpha <= 1))

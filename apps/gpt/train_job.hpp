@@ -23,12 +23,10 @@
 #include "train_flags.hpp"
 
 #ifdef TPIPE_GPT_MPI
+#include "../common/links.hpp"
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/job.hpp>
 #include <tpipe/mpi/transport.hpp>
-#ifdef TPIPE_GPT_UCX
-#include <tpipe/ucx/link.hpp>
-#endif
 #endif
 
 namespace train_gpt {
@@ -210,14 +208,8 @@ public:
                               "--stages " + std::to_string(P_) + " and --dp " + std::to_string(D_) + " needs " +
                               std::to_string(T_ * P_ * D_) + " processes, but the job has " + std::to_string(size) +
                               "; launch it with mpirun -np " + std::to_string(T_ * P_ * D_));
-        tpipe::mpi::link_maker links;  // payloads over MPI
-#ifdef TPIPE_GPT_UCX
-        if (link == "ucx") links = tpipe::ucx::links;
-#else
-        (void)link;  // --link ucx is refused without UCX
-#endif
         job_ = std::make_unique<tpipe::mpi::job>(tpipe::axes{.tensor_ranks = T_, .pipeline_ranks = P_, .replicas = D_},
-                                                 MPI_COMM_WORLD, links);
+                                                 MPI_COMM_WORLD, tpipe_examples::link_maker_of(link));
         const tpipe::coordinate me = job_->where();
         where.process = job_->process();
         where.replica = me.replica;

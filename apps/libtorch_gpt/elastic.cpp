@@ -18,6 +18,8 @@
 
 #ifdef TPIPE_LIBTORCH_GPT_MPI
 #include <tpipe/mpi/elastic_driver.hpp>
+
+#include "../common/links.hpp"
 #endif
 
 #include "corpus.hpp"
@@ -122,7 +124,8 @@ elastic_result train_elastic(const options& o, tpipe::elastic::driver_options d,
         tpipe::mpi::share_plan_inputs(world, d, static_cast<std::size_t>(o.layers) + 2);
         if (!o.record_plan.empty() && world.rank() == 0) tpipe::elastic::record_plan_inputs(o.record_plan, d);
         tpipe::mpi::elastic_driver<freezable_sequential> driver(
-            std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)), r.samples, d, 1);
+            std::make_unique<freezable_sequential>(parts_of(o, data, d.measured)), r.samples, d, 1,
+            tpipe::mpi::communicator::world(), tpipe_examples::link_maker_of(o.link));
         r.speaks = driver.process() == 0;
         const std::function<void(const tpipe::elastic::interval_report&)> none;
         static_cast<tpipe::elastic::run_report&>(r) = driver.run(r.speaks ? on_interval : none);

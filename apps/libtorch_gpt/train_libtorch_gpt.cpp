@@ -57,6 +57,8 @@ const char* usage_text =
     "  --granularity G   --elastic --slicer terapipe: token slices are multiples of G tokens (default seq-len/16)\n"
     "  --transport T     threads (default): a CPU thread per stage; mpi: an MPI process per stage\n"
     "                    (mpirun -np P); none: plain libtorch, no tpipe\n"
+    "  --link L          with --transport mpi: the engine activations and gradients cross processes over:\n"
+    "                    mpi (default) or ucx (UCX's tagged messages; MPI keeps the control plane)\n"
     "  --threads N       libtorch intra-op threads per process (default: libtorch's)\n"
     "  --data FILE       training text, bytes are tokens (default: apps/gpt's tiny corpus)\n"
     "  --check-slicing   first check that token slices give each stage's unsliced outputs (names the stage)\n"
@@ -124,6 +126,7 @@ flags parse(int argc, char** argv)
     f.o.schedule = r.text("--schedule", f.o.schedule);
     f.o.slicer = r.text("--slicer", f.o.slicer);
     f.o.transport = r.text("--transport", f.o.transport);
+    f.o.link = r.text("--link", f.o.link);
     f.o.threads = r.number("--threads", f.o.threads, 1, most);
     f.o.data = r.text("--data", TPIPE_LIBTORCH_GPT_DEFAULT_CORPUS);
     f.o.check_slicing = r.flag("--check-slicing");
@@ -179,6 +182,12 @@ flags parse(int argc, char** argv)
         throw usage_error("--epochs and --steps both set the length of an --elastic run; give one");
     // The same rules as train_gpt's: nothing given is silently ignored.
     r.applies_only({"--check-tol"}, f.check, "applies with --check");
+    r.applies_only({"--link"}, f.o.transport == "mpi", "applies with --transport mpi");
+#ifdef TPIPE_APPS_UCX
+    tpipe_examples::check_link("train_libtorch_gpt", f.o.link, true);
+#else
+    tpipe_examples::check_link("train_libtorch_gpt", f.o.link, false);
+#endif
     r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog"}, f.o.transport != "none",
                    "does not apply with --transport none (plain libtorch, no pipeline)");
     if (f.o.check_slicing && f.o.transport != "threads")
@@ -289,11 +298,11 @@ int run_elastic(const flags& f)
     }
     if (!r.speaks) return ok ? 0 : 3;
     if (f.json) {
-        std::printf("{\"elastic\":true,\"transport\":\"%s\",\"devices\":%d,\"steps\":%lld,\"intervals\":%zu,"
+        std::printf("{\"elastic\":true,\"transport\":\"%s\",\"link\":\"%s\",\"devices\":%d,\"steps\":%lld,\"intervals\":%zu,"
                     "\"final_frozen\":%d,\"final_stages\":%d,\"final_replicas\":%d,\"sliced_intervals\":%d,\"last_loss\":%.6f,"
                     "\"samples_per_s\":%.2f,\"seconds\":%.3f,\"replicas_identical\":%s,\"replans_kept_weights\":%s,"
                     "\"weights_fnv\":\"%s\"",
-                    f.o.transport.c_str(), d.devices, static_cast<long long>(d.steps), r.intervals.size(),
+                    f.o.transport.c_str(), f.o.link.c_str(), d.devices, static_cast<long long>(d.steps), r.intervals.size(),
                     r.intervals.back().plan.frozen, r.intervals.back().plan.stages, r.intervals.back().plan.replicas,
                     sliced, r.intervals.back().mean_loss, per_s, r.seconds, r.replicas_identical ? "true" : "false",
                     r.replans_kept_weights ? "true" : "false", r.weights_fnv.c_str());
@@ -331,10 +340,10 @@ int run(const flags& f)
     }
     if (!r.speaks) return ok ? 0 : 3;
     if (f.json) {
-        std::printf("{\"transport\":\"%s\",\"stages\":%d,\"schedule\":\"%s\",\"slicer\":\"%s\",\"steps\":%d,"
+        std::printf("{\"transport\":\"%s\",\"link\":\"%s\",\"stages\":%d,\"schedule\":\"%s\",\"slicer\":\"%s\",\"steps\":%d,"
                     "\"first_step\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,\"tokens_per_s\":%.1f,"
                     "\"weights_fnv\":\"%s\"",
-                    f.o.transport.c_str(), f.o.stages, f.o.schedule.c_str(), f.o.slicer.c_str(), f.o.steps,
+                    f.o.transport.c_str(), f.o.link.c_str(), f.o.stages, f.o.schedule.c_str(), f.o.slicer.c_str(), f.o.steps,
                     r.first_step, r.losses.front(), r.losses.back(), r.tokens_per_s, r.weights_fnv.c_str());
         if (f.check) std::printf(",\"check_loss_rel\":%.3g,\"check_weights_rel\":%.3g,\"check_ok\":%s", loss_rel,
                                  weights_rel, ok ? "true" : "false");

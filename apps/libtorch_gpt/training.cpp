@@ -40,6 +40,8 @@
 #include <tpipe/mpi/communicator.hpp>
 #include <tpipe/mpi/job.hpp>
 #include <tpipe/mpi/transport.hpp>
+
+#include "../common/links.hpp"
 #endif
 
 #include "corpus.hpp"
@@ -470,7 +472,8 @@ result run(const options& o)
     if (o.transport == "mpi") {
 #ifdef TPIPE_LIBTORCH_GPT_MPI
         // The layout, the transport, the communicators: o.tp x o.stages processes.
-        tpipe::mpi::job job({.tensor_ranks = o.tp, .pipeline_ranks = o.stages});
+        tpipe::mpi::job job({.tensor_ranks = o.tp, .pipeline_ranks = o.stages}, MPI_COMM_WORLD,
+                            tpipe_examples::link_maker_of(o.link));
         job.set_watchdog(std::chrono::seconds(o.watchdog));  // a stopped process ends the job, named
         if (job.single_process()) {  // a process per stage and tensor rank, in the flags' words
             const std::string tp = o.tp > 1 ? " --tp " + std::to_string(o.tp) : "";

@@ -20,6 +20,7 @@ struct options {
     //! none: plain libtorch, no tpipe; threads: one CPU thread per pipeline rank; mpi: one MPI
     //! process per pipeline rank (inside an MPI environment).
     std::string transport = "threads";
+    std::string link = "mpi";  //!< transport mpi: the engine payloads cross processes over (mpi, ucx)
     int stages = 2;
     //! Tensor ranks per stage (Megatron's split, gpt.hpp): t x stages processes under MPI.
     int tp = 1;

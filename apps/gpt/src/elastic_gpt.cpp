@@ -149,7 +149,7 @@ unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
         s.forward.push_back(f);
         s.backward.push_back(b);
     }
-    if (!cfg.tied) {  // the elastic GPT (untied): AdamW's step, linear in the parameters, apportioned by unit
+    {  // AdamW's step, linear in the parameters, apportioned by unit (a tied head's are layer 0's)
         adamw<float> opt(p, adamw_options{});
         std::vector<double> steps;
         for (int rep = 0; rep < 5; ++rep) {

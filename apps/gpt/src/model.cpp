@@ -107,9 +107,7 @@ std::int64_t layout::frozen_end(int frozen) const
                                     std::to_string(blocks.size()));
     if (frozen == 0) return 0;
     if (!whole()) throw std::invalid_argument("gpt: freezing works on the whole model's layout, not a stage's");
-    if (tied)
-        throw std::invalid_argument("gpt: freezing layers freezes the embedding, which the tied LM head shares; "
-                                    "use an untied head (config::tied = false, train_gpt --untied)");
+    // A tied LM head is the embedding: it freezes with layer 0, and the head reads it frozen.
     return blocks[static_cast<std::size_t>(frozen - 1)].end;
 }
 
@@ -205,6 +203,7 @@ struct part<T>::impl {
     std::map<int, mb_state> mbs;
     std::map<std::pair<int, int>, unit_saved> units;
     std::vector<T> head_grad;  // tied head on the last part: private accumulator
+    bool head_frozen = false;  // a tied head frozen with the embedding: no weight gradient
 
     // Workspaces. Finished units and microbatches keep their map nodes (with every vector in
     // them), and the activation buffers that come back from a neighbouring stage are kept too;
@@ -366,7 +365,7 @@ std::vector<tpipe::element_range> part<T>::gradient_ranges() const
     if (l1_ > l0_) range(lay.blocks[l0_].begin, lay.blocks[l1_ - 1].end);
     if (last_) {
         range(lay.lnf_g, lay.lnf_b + d);
-        range(lay.head, lay.head + vocab_share() * d);
+        if (!impl_->head_frozen) range(lay.head, lay.head + vocab_share() * d);
     }
     return out;
 }
@@ -378,6 +377,14 @@ std::vector<std::span<T>> part<T>::gradients()
     for (const auto& r : gradient_ranges()) out.emplace_back(params_->grad.data() + r.begin, r.size);
     if (!impl_->head_grad.empty()) out.back() = std::span<T>(impl_->head_grad);  // the head: its accumulator
     return out;
+}
+
+template <class T>
+void part<T>::freeze_head()
+{
+    if (!last_ || !params_->cfg.tied) refuse("only a tied LM head freezes (with the embedding), on the last part");
+    impl_->head_frozen = true;
+    impl_->head_grad = {};
 }
 
 template <class T>
@@ -786,7 +793,7 @@ void part<T>::backward_weight(const tpipe::unit& u)
     if (last_) {
         const std::int64_t V = vocab_share();
         T* gh = impl_->head_grad.empty() ? G + params_->lay.head : impl_->head_grad.data();
-        gemm<T>(pool, V, d, n, {us.dlogits.data(), 1, V}, {us.xf.data(), d, 1}, gh, d, true);
+        if (!impl_->head_frozen) gemm<T>(pool, V, d, n, {us.dlogits.data(), 1, V}, {us.xf.data(), d, 1}, gh, d, true);
         layernorm_param_grad(nl, d, us.dxf.data(), us.xh.data(), us.meanf.data(), us.rstdf.data(),
                              G + params_->lay.lnf_g, G + params_->lay.lnf_b);
     }

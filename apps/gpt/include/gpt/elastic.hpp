@@ -6,7 +6,9 @@
 // and the non-elastic reference every elastic run must equal bitwise. The MPI variant is in
 // train_gpt (--transport mpi).
 //
-// Freezing requires an untied LM head (the embedding freezes with layer 0; the head trains).
+// The embeddings freeze with layer 0. A tied LM head is the token embedding, so it freezes then
+// too: the tail keeps reading it, frozen, and trains its final LayerNorm (frozen activations
+// stay valid). An untied head trains on.
 #include <cstdint>
 #include <functional>
 #include <optional>

@@ -160,9 +160,9 @@ struct layout {
     }
 
     //! End of the parameters a frozen prefix of `frozen` layers holds: the embeddings and blocks
-    //! [0, frozen) are the flat range [0, frozen_end(frozen)) (0 for none). Throws
-    //! std::invalid_argument past the layer count, or when the LM head is tied to the embedding
-    //! (freezing it would freeze the head, which always trains), or on a layout of part of the model.
+    //! [0, frozen) are the flat range [0, frozen_end(frozen)) (0 for none; a tied LM head is the
+    //! token embedding, so it freezes with layer 0). Throws std::invalid_argument past the layer
+    //! count, or on a layout of part of the model.
     std::int64_t frozen_end(int frozen) const;
     bool tied = true;
 };
@@ -241,6 +241,9 @@ public:
     //! parallelism, sums the LayerNorms' gradients over the tensor group (every tensor rank calls
     //! it). Call once per iteration, after the last backward.
     void flush_grad();
+    //! A tied LM head frozen with the embedding (a frozen prefix): the head reads the embedding
+    //! but makes no gradient of it, and gradients() leaves it out (nothing to all-reduce).
+    void freeze_head();
     //! Where this part's parameter gradients are, before flush_grad: its layers' range of
     //! params.grad, the embeddings when first, the final LayerNorm and the head when last (the
     //! tied head's private accumulator). Data parallelism all-reduces these.

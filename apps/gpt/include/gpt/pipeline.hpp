@@ -247,6 +247,7 @@ private:
                                : nullptr);
             views.push_back(stage<T>{.p = parts_.back().get()});
         }
+        if (frozen_ > 0 && cfg.tied && parts_.back()) parts_.back()->freeze_head();  // it is the frozen embedding
         stage_params_ = std::move(each);
         pipe_.emplace(std::move(views));
         io_.source = [](const tpipe::unit&) { return activation<T>{}; };
