@@ -1,6 +1,7 @@
 // The libtorch adapter: the example GPT trained pipelined equals plain libtorch; refusals at the
 // stage boundary and in the payload header; gradients() all-reduced by tpipe::data_parallel;
 // freezable_sequential (a second model besides the GPT) trained by the elastic thread driver.
+#include <algorithm>
 #include <exception>
 #include <string>
 #include <thread>
@@ -220,6 +221,56 @@ tpipe::libtorch::freezable_sequential::parts mlp_parts(const mlp_data& data)
             .unit_costs = std::vector<double>(5, 1.0)};
 }
 
+//! The same MLP with one 8 x 8 Linear used twice, as modules 2 and 4 (tied, like an embedding and
+//! its LM head): 7 modules.
+tpipe::libtorch::freezable_sequential::parts tied_mlp_parts(const mlp_data& data)
+{
+    auto p = mlp_parts(data);
+    torch::manual_seed(3);
+    torch::nn::Linear shared(8, 8);
+    p.model = torch::nn::Sequential(torch::nn::Linear(3, 8), torch::nn::Tanh(), shared, torch::nn::Tanh(), shared,
+                                    torch::nn::Tanh(), torch::nn::Linear(8, 2));
+    p.unit_costs = std::vector<double>(7, 1.0);
+    return p;
+}
+
+torch::Tensor flat(const torch::nn::Sequential& m)
+{
+    std::vector<torch::Tensor> v;
+    for (const auto& w : m->parameters()) v.push_back(w.detach().reshape({-1}));
+    return torch::cat(v);
+}
+
+//! Plain libtorch through the elastic run's intervals: the same freezing (a module's parameters,
+//! shared ones included, stop training), each step the mean of the replicas' mean-loss gradients.
+torch::Tensor plain_libtorch(tpipe::libtorch::freezable_sequential::parts p, const tpipe::elastic::run_report& report,
+                             std::uint64_t seed)
+{
+    std::vector<torch::Tensor> once;  // libtorch's parameters() lists a shared module's tensors at each use
+    for (const auto& w : p.model->parameters())
+        if (std::none_of(once.begin(), once.end(), [&](const torch::Tensor& o) { return o.is_same(w); })) once.push_back(w);
+    torch::optim::AdamW opt(once, p.adamw);
+    tpipe::elastic::epoch_sampler sampler({.samples = 16, .batch = 4, .seed = seed});
+    std::size_t frozen = 0;
+    for (const auto& r : report.intervals) {
+        for (; frozen < static_cast<std::size_t>(r.plan.frozen); ++frozen)
+            for (auto& w : p.model->ptr(frozen)->parameters()) {
+                w.requires_grad_(false);
+                w.mutable_grad() = torch::Tensor();
+            }
+        for (std::int64_t step = r.first_step; step < r.first_step + r.steps; ++step) {
+            opt.zero_grad();
+            for (int d = 0; d < r.plan.replicas; ++d) {
+                const auto ids = sampler.shard(step, d, r.plan.replicas);
+                auto [x, t] = p.samples(ids);
+                (p.loss(p.model->forward(x), t) / static_cast<double>(t.numel() * r.plan.replicas)).backward();
+            }
+            opt.step();
+        }
+    }
+    return flat(p.model);
+}
+
 } // namespace
 
 TEST_CASE("freezable_sequential: an MLP trained by the elastic thread driver equals plain libtorch with the same "
@@ -243,49 +294,45 @@ TEST_CASE("freezable_sequential: an MLP trained by the elastic thread driver equ
     CHECK(report.intervals.back().plan.replicas == 2);  // the freed device became a replica
     CHECK(report.replicas_identical);
     CHECK(report.replans_kept_weights);
-
-    // Plain libtorch: the same freezing, each step the mean of the replicas' mean-loss gradients.
-    auto p = mlp_parts(data);
-    torch::optim::AdamW opt(p.model->parameters(), p.adamw);
-    tpipe::elastic::epoch_sampler sampler({.samples = 16, .batch = 4, .seed = o.seed});
-    std::size_t frozen = 0;
-    for (const auto& r : report.intervals) {
-        for (; frozen < static_cast<std::size_t>(r.plan.frozen); ++frozen)
-            for (auto& w : p.model->ptr(frozen)->parameters()) {
-                w.requires_grad_(false);
-                w.mutable_grad() = torch::Tensor();
-            }
-        for (std::int64_t step = r.first_step; step < r.first_step + r.steps; ++step) {
-            opt.zero_grad();
-            for (int d = 0; d < r.plan.replicas; ++d) {
-                const auto ids = sampler.shard(step, d, r.plan.replicas);
-                auto [x, t] = p.samples(ids);
-                (p.loss(p.model->forward(x), t) / static_cast<double>(t.numel() * r.plan.replicas)).backward();
-            }
-            opt.step();
-        }
-    }
-    auto flat = [](const torch::nn::Sequential& m) {
-        std::vector<torch::Tensor> v;
-        for (const auto& w : m->parameters()) v.push_back(w.detach().reshape({-1}));
-        return torch::cat(v);
-    };
-    const auto got = flat(driver.replica(0).model()), want = flat(p.model);
+    const auto got = flat(driver.replica(0).model()), want = plain_libtorch(mlp_parts(data), report, o.seed);
     CHECK((got - want).norm().item<double>() <= 1e-5 * want.norm().item<double>());
     CHECK(!torch::equal(want, flat(mlp_parts(data).model)));  // it trained
 }
 
-TEST_CASE("freezable_sequential refuses a tensor shared by two modules, unit costs that are not one per module, and "
-          "a freeze that would thaw",
+TEST_CASE("freezable_sequential: a tensor two modules share trains on two stages and freezes with the first module, "
+          "as in plain libtorch",
           "[libtorch][elastic]")
 {
     const mlp_data data;
-    auto tied = mlp_parts(data);
-    torch::nn::Linear shared(2, 2);
-    tied.model = torch::nn::Sequential(shared, shared);
-    tied.unit_costs = {1, 1};
-    CHECK_THROWS_WITH(tpipe::libtorch::freezable_sequential(tied),
-                      Catch::Contains("'1.weight' is also module 0's (tied)"));
+    tpipe::elastic::driver_options o;
+    o.devices = 2;
+    o.batch = 4;
+    o.steps = 9;
+    o.freeze_every = 3;
+    o.threads = 2;
+    o.measured = {std::vector<double>(7, 1.0), std::vector<double>(7, 2.0)};
+    o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 2 : 3; };
+    tpipe::elastic::thread_driver<tpipe::libtorch::freezable_sequential> driver(
+        [&] { return std::make_unique<tpipe::libtorch::freezable_sequential>(tied_mlp_parts(data)); }, 16, o);
+    const auto report = driver.run();
+    REQUIRE(report.intervals.size() == 3);
+    const auto& first = report.intervals.front();  // modules 2 and 4 on different stages: a tied gradient
+    REQUIRE(first.plan.stages == 2);
+    REQUIRE(first.stage_cuts.size() == 3);
+    CHECK(first.stage_cuts[1] > 2);
+    CHECK(first.stage_cuts[1] <= 4);
+    CHECK(report.intervals.back().plan.frozen == 3);  // module 2 froze, and module 4 (the same Linear) with it
+    CHECK(report.replicas_identical);
+    CHECK(report.replans_kept_weights);
+    // A shared Linear that kept training after it froze (3 steps at lr 0.05) would be far outside this.
+    const auto got = flat(driver.replica(0).model()), want = plain_libtorch(tied_mlp_parts(data), report, o.seed);
+    CHECK((got - want).norm().item<double>() <= 1e-5 * want.norm().item<double>());
+}
+
+TEST_CASE("freezable_sequential refuses unit costs that are not one per module, and a freeze that would thaw",
+          "[libtorch][elastic]")
+{
+    const mlp_data data;
     auto costs = mlp_parts(data);
     costs.unit_costs = {1, 2};
     CHECK_THROWS_WITH(tpipe::libtorch::freezable_sequential(costs), Catch::Contains("2 unit costs for 5 modules"));

@@ -19,6 +19,11 @@
 // and buffer, the trainable parameters' AdamW moments and the step count (trainable_state), so
 // the moments are allocated up front, as zeros at step 0 (what AdamW's first step would allocate).
 //
+// A tensor several modules share (a tied embedding and LM head) is the first module's: it trains
+// with it and freezes with it, after which the later modules read it frozen (so the cached
+// frozen outputs stay valid). While it trains, stages that share it keep their gradients apart
+// (cut() ties them) and finish_step adds them in stage order.
+//
 // The loss: `loss(outputs, targets)` returns the SUM of the per-target losses of the rows (and,
 // under token slices, the tokens) it is given; the model divides by the replica's target count,
 // so the replica's loss is the mean over its share and every microbatch or token slice adds its
@@ -32,7 +37,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -84,17 +89,12 @@ public:
         if (p_.freezable >= n)
             throw tpipe::invalid_argument(me + "freezable " + std::to_string(p_.freezable) + " of " + std::to_string(n) +
                                           " modules; the last one must train (use 0.." + std::to_string(n - 1) + ")");
-        std::unordered_map<const void*, std::size_t> owner;  // a tensor in two modules would freeze with the first
+        std::unordered_set<const void*> seen;  // a tensor in two modules is the first one's (tied)
         for (std::size_t m = 0; m < p_.model->size(); ++m) {
             auto& own = params_.emplace_back();
             for (const auto& np : p_.model->ptr(m)->named_parameters()) {
                 const torch::Tensor& t = np.value();
-                const auto [at, fresh] = owner.emplace(t.unsafeGetTensorImpl(), m);
-                if (!fresh && at->second != m)
-                    throw tpipe::invalid_argument(me + "parameter '" + std::to_string(m) + "." + np.key() +
-                                                  "' is also module " + std::to_string(at->second) +
-                                                  "'s (tied); a unit freezes alone, so give each module its own "
-                                                  "tensors (e.g. an untied LM head)");
+                const bool fresh = seen.insert(t.unsafeGetTensorImpl()).second;
                 if (!t.is_contiguous() || (t.requires_grad() && t.scalar_type() != torch::kFloat))
                     throw tpipe::invalid_argument(me + "parameter '" + std::to_string(m) + "." + np.key() + "' is " +
                                                   describe(t) + (t.is_contiguous() ? "" : ", not contiguous") +
@@ -167,7 +167,11 @@ public:
                 if (t.grad().defined()) t.mutable_grad().zero_();
                 else t.mutable_grad() = torch::zeros_like(t);
     }
-    double finish_step() { return loss_; }
+    double finish_step()
+    {
+        if (pipe_) sum_tied_gradients(*pipe_);  // a shared tensor's stages' gradients, in stage order
+        return loss_;
+    }
 
     void optimizer_step()
     {
