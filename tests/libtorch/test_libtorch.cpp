@@ -234,6 +234,23 @@ tpipe::libtorch::freezable_sequential::parts tied_mlp_parts(const mlp_data& data
     return p;
 }
 
+//! 2 devices, 3 intervals of 3 steps on 16 samples: none of the `modules` frozen, then 2, then
+//! `last_frozen`; measured unit times (1 forward, 2 backward) so that the plans do not depend on
+//! the machine.
+tpipe::elastic::driver_options mlp_options(int modules, int last_frozen)
+{
+    tpipe::elastic::driver_options o;
+    o.devices = 2;
+    o.batch = 4;
+    o.steps = 9;
+    o.freeze_every = 3;
+    o.threads = 2;
+    o.measured = {std::vector<double>(static_cast<std::size_t>(modules), 1.0),
+                  std::vector<double>(static_cast<std::size_t>(modules), 2.0)};
+    o.freeze = [last_frozen](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 2 : last_frozen; };
+    return o;
+}
+
 torch::Tensor flat(const torch::nn::Sequential& m)
 {
     std::vector<torch::Tensor> v;
@@ -278,14 +295,7 @@ TEST_CASE("freezable_sequential: an MLP trained by the elastic thread driver equ
           "[libtorch][elastic]")
 {
     const mlp_data data;
-    tpipe::elastic::driver_options o;
-    o.devices = 2;
-    o.batch = 4;
-    o.steps = 9;
-    o.freeze_every = 3;
-    o.threads = 2;
-    o.measured = {std::vector<double>(5, 1.0), std::vector<double>(5, 2.0)};
-    o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 2 : 4; };
+    const auto o = mlp_options(5, 4);
     tpipe::elastic::thread_driver<tpipe::libtorch::freezable_sequential> driver(
         [&] { return std::make_unique<tpipe::libtorch::freezable_sequential>(mlp_parts(data)); }, 16, o);
     const auto report = driver.run();
@@ -304,14 +314,7 @@ TEST_CASE("freezable_sequential: a tensor two modules share trains on two stages
           "[libtorch][elastic]")
 {
     const mlp_data data;
-    tpipe::elastic::driver_options o;
-    o.devices = 2;
-    o.batch = 4;
-    o.steps = 9;
-    o.freeze_every = 3;
-    o.threads = 2;
-    o.measured = {std::vector<double>(7, 1.0), std::vector<double>(7, 2.0)};
-    o.freeze = [](int interval, int) { return interval == 0 ? 0 : interval == 1 ? 2 : 3; };
+    const auto o = mlp_options(7, 3);
     tpipe::elastic::thread_driver<tpipe::libtorch::freezable_sequential> driver(
         [&] { return std::make_unique<tpipe::libtorch::freezable_sequential>(tied_mlp_parts(data)); }, 16, o);
     const auto report = driver.run();
