@@ -99,7 +99,9 @@ public:
                     throw tpipe::invalid_argument(me + "parameter '" + std::to_string(m) + "." + np.key() + "' is " +
                                                   describe(t) + (t.is_contiguous() ? "" : ", not contiguous") +
                                                   "; replicas receive contiguous parameters, float32 where they train");
-                if (fresh && t.requires_grad()) own.push_back(t);
+                if (!fresh) continue;
+                every_.push_back(t);
+                if (t.requires_grad()) own.push_back(t);
             }
         }
         for (const auto& t : p_.model->buffers())
@@ -210,7 +212,7 @@ public:
         auto bytes = [&](const torch::Tensor& t) {
             out.emplace_back(static_cast<std::byte*>(t.data_ptr()), t.nbytes());
         };
-        for (const auto& t : p_.model->parameters()) bytes(t);
+        for (const auto& t : every_) bytes(t);
         for (const auto& t : p_.model->buffers()) bytes(t);
         const auto& states = opt_->state();
         for (const auto& t : trainable()) {  // their moments (the parameters are among the above)
@@ -268,6 +270,7 @@ private:
 
     parts p_;
     std::vector<std::vector<torch::Tensor>> params_;  //!< per module: its parameters that train until frozen
+    std::vector<torch::Tensor> every_;                //!< every parameter once (a shared one where it first appears)
     std::unique_ptr<torch::optim::AdamW> opt_;
     bool amsgrad_ = false;
     std::int64_t steps_ = 0;  //!< optimizer steps taken
