@@ -39,7 +39,7 @@ public:
 
     void send(int tag, std::span<const std::byte> header, std::span<const std::byte> body) override
     {
-        send_slot& s = tpipe::detail::slot_at(sends_, tag, "mpi::link");
+        send_slot& s = tpipe::detail::slot_at(sends_, tag, [] { return "mpi::link"; });
         s.head_req = isend(header, tag_base_ + 2 * tag, "MPI_Isend (payload header)");
         if (!body.empty()) s.body_req = isend(body, tag_base_ + 2 * tag + 1, "MPI_Isend (payload body)");
         pending_sends_.push_back(tag);
@@ -47,7 +47,7 @@ public:
 
     void post(int tag, std::span<std::byte> header) override
     {
-        recv_slot& s = tpipe::detail::slot_at(recvs_, tag, "mpi::link");
+        recv_slot& s = tpipe::detail::slot_at(recvs_, tag, [] { return "mpi::link"; });
         s.head = header;
         s.body_posted = false;
         check(MPI_Irecv(header.data(), static_cast<int>(header.size()), MPI_BYTE, peer_, tag_base_ + 2 * tag, comm_, &s.req),
@@ -118,7 +118,6 @@ private:
         MPI_Request head_req = MPI_REQUEST_NULL, body_req = MPI_REQUEST_NULL;
     };
 
-
     static int count_of(std::size_t bytes)
     {
         if (bytes > static_cast<std::size_t>(INT_MAX))
@@ -178,9 +177,7 @@ private:
         int n = 0;
         check(MPI_Get_count(&st, MPI_BYTE, &n), "MPI_Get_count");
         if (static_cast<std::size_t>(n) != bytes)
-            throw error("mpi::link: the payload " + std::string(part) + " of tag " + std::to_string(tag) + " from process " +
-                        std::to_string(peer_) + " has " + std::to_string(n) + " bytes, but this process expects " +
-                        std::to_string(bytes) + " (the processes disagree on the payload type or its payload_traits)");
+            throw tpipe::detail::size_mismatch("mpi::link", part, tag, peer_, std::to_string(n), bytes);
     }
 
     //! Cancels and frees what an interrupted iteration left posted: receives are cancelled, sends

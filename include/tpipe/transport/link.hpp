@@ -84,14 +84,23 @@ public:
 };
 
 namespace detail {
-//! A link's per-tag slot: v[tag], or an error naming the link `who` when the channel asks for a
-//! tag outside the iteration's [0, v.size()).
-template <class Slot>
-Slot& slot_at(std::vector<Slot>& v, int tag, const char* who)
+//! The per-tag slot of a link or channel: v[tag], or an error naming it when a tag is outside the
+//! iteration's [0, v.size()). `who()` makes the name, for the error only.
+template <class Slot, class Who>
+Slot& slot_at(std::vector<Slot>& v, int tag, Who&& who)
 {
     if (tag < 0 || static_cast<std::size_t>(tag) >= v.size())
-        throw error(std::string(who) + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(v.size()) + ")");
+        throw error(std::string(who()) + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(v.size()) + ")");
     return v[static_cast<std::size_t>(tag)];
+}
+
+//! What a link throws when a message part (`part`: "header", "body") of `tag` from process `peer`
+//! has `got` bytes ("more" where the engine only says it was longer) where `expected` were due.
+inline error size_mismatch(const char* who, const char* part, int tag, int peer, const std::string& got, std::size_t expected)
+{
+    return error(std::string(who) + ": the payload " + part + " of tag " + std::to_string(tag) + " from process " +
+                 std::to_string(peer) + " has " + got + " bytes, but this process expects " + std::to_string(expected) +
+                 " (the processes disagree on the payload type or its payload_traits)");
 }
 } // namespace detail
 

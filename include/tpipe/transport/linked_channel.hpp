@@ -186,9 +186,7 @@ private:
     template <class Slot>
     Slot& at(std::vector<Slot>& v, int tag)
     {
-        if (tag < 0 || tag >= tags_)
-            throw error(who() + ": tag " + std::to_string(tag) + " is outside [0, " + std::to_string(tags_) + ")");
-        return v[static_cast<std::size_t>(tag)];
+        return detail::slot_at(v, tag, [this] { return who(); });
     }
 
     bool failed() const noexcept { return has_error_.load(std::memory_order_acquire); }

@@ -219,7 +219,7 @@ inline link::link(link_engine& engine, ucp_ep_h ep, int peer, std::uint64_t stre
 
 inline void link::send(int tag, std::span<const std::byte> header, std::span<const std::byte> body)
 {
-    send_slot& s = tpipe::detail::slot_at(sends_, tag, "ucx::link");
+    send_slot& s = tpipe::detail::slot_at(sends_, tag, [] { return "ucx::link"; });
     std::lock_guard<std::mutex> g(engine_.m_);
     auto isend = [&](std::span<const std::byte> b, int part) -> void* {
         ucp_request_param_t p{};
@@ -244,7 +244,7 @@ inline void* link::receive(std::span<std::byte> into, int tag, int part)
 
 inline void link::post(int tag, std::span<std::byte> header)
 {
-    recv_slot& s = tpipe::detail::slot_at(recvs_, tag, "ucx::link");
+    recv_slot& s = tpipe::detail::slot_at(recvs_, tag, [] { return "ucx::link"; });
     std::lock_guard<std::mutex> g(engine_.m_);
     s = recv_slot{.head = header};
     s.req = receive(header, tag, 0);
@@ -260,10 +260,8 @@ inline bool link::received(void*& req, std::size_t bytes, int tag, const char* p
     ucp_request_free(req);
     req = nullptr;
     if (st == UCS_ERR_MESSAGE_TRUNCATED || (st == UCS_OK && info.length != bytes))
-        throw error("ucx::link: the payload " + std::string(part) + " of tag " + std::to_string(tag) + " from process " +
-                    std::to_string(peer_) + " has " + (st == UCS_OK ? std::to_string(info.length) : std::string("more")) +
-                    " bytes, but this process expects " + std::to_string(bytes) +
-                    " (the processes disagree on the payload type or its payload_traits)");
+        throw tpipe::detail::size_mismatch("ucx::link", part, tag, peer_,
+                                           st == UCS_OK ? std::to_string(info.length) : std::string("more"), bytes);
     detail::check(st, "a payload receive");
     return true;
 }
