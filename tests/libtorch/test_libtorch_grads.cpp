@@ -1,10 +1,12 @@
 // The libtorch adapter's gradients on stage threads: tied parameters (one tensor in two stages)
-// summed in stage order, a leaf outside a stage's list refused under split backward, and
+// summed in stage order, a leaf outside a stage's list refused under split backward, a split
+// backward that computes each product once, and
 // check_token_slicing naming a stage not prepared for token slices; a checkpoint of parameters
 // and AdamW state resumed on another cut; batch_io against the plain loop; the tensor-parallel
 // layers against their torch::nn counterparts, on thread groups.
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +20,7 @@
 #include <catch2/catch.hpp>
 
 #include <tpipe/adapters/libtorch.hpp>
+#include <tpipe/adapters/libtorch/split_backward.hpp>
 #include <tpipe/adapters/libtorch/tensor_parallel.hpp>
 #include <tpipe/comm/blocking_group.hpp>
 #include <tpipe/comm/thread_communicator.hpp>
@@ -157,6 +160,112 @@ TEST_CASE("under split backward, a tensor a stage's graph reaches but its list l
     emb.mutable_grad() = torch::Tensor();
     (torch::matmul(torch::tanh(body->forward(b.ids)), emb.t()) * b.dy).sum().backward();
     CHECK(torch::allclose(piped, emb.grad(), 1e-5, 1e-6));
+}
+
+namespace {
+//! y = x wᵀ whose backward counts the products it computes: x's gradient and w's, each only
+//! when the engine asks for it.
+struct counted_linear : torch::autograd::Function<counted_linear> {
+    static inline int input_products = 0, weight_products = 0;
+    static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w)
+    {
+        ctx->save_for_backward({x, w});
+        return torch::matmul(x, w.t());
+    }
+    static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                   torch::autograd::variable_list dy)
+    {
+        const auto saved = ctx->get_saved_variables();
+        torch::Tensor dx, dw;
+        if (ctx->needs_input_grad(0)) ++input_products, dx = torch::matmul(dy[0], saved[1]);
+        if (ctx->needs_input_grad(1)) ++weight_products, dw = torch::matmul(dy[0].t(), saved[0]);
+        return {dx, dw};
+    }
+};
+} // namespace
+
+namespace {
+//! The gradients of `wrt` from `forward`'s outputs: (whole backward, split backward).
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>>
+whole_and_split(const std::function<std::vector<torch::Tensor>()>& forward, const std::vector<torch::Tensor>& grads,
+                const torch::Tensor& x, const std::vector<torch::Tensor>& params)
+{
+    std::vector<torch::Tensor> wrt{x};
+    wrt.insert(wrt.end(), params.begin(), params.end());
+    auto whole = torch::autograd::grad(forward(), wrt, grads, false, false, /*allow_unused=*/true);
+    tpipe::libtorch::detail::split_backward split;
+    auto got = split.input_half(forward(), grads, {x}, params);
+    REQUIRE(got.size() == 1);
+    const auto weights = split.weight_half();
+    REQUIRE(weights.size() == params.size());
+    got.insert(got.end(), weights.begin(), weights.end());
+    return {whole, got};
+}
+
+void check_same(const std::vector<torch::Tensor>& whole, const std::vector<torch::Tensor>& split)
+{
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+        INFO("gradient " << i << " (0: the input)");
+        REQUIRE(whole[i].defined() == split[i].defined());
+        if (whole[i].defined()) CHECK(torch::allclose(split[i], whole[i], 1e-6, 1e-7));
+    }
+}
+} // namespace
+
+TEST_CASE("a split backward computes every product once, and the gradients of the whole backward", "[libtorch]")
+{
+    torch::manual_seed(3);
+    auto param = [] { return torch::randn({D, D}).requires_grad_(true); };
+    const std::vector<torch::Tensor> params{param(), param(), param(), torch::randn({D}).requires_grad_(true),
+                                            param() /* unused */};
+    const torch::Tensor &w1 = params[0], &w2 = params[1], &w3 = params[2], &bias = params[3];
+    const torch::Tensor x = torch::randn({B, D}).requires_grad_(true);
+    const std::vector<torch::Tensor> grads{torch::randn({B, D}), torch::randn({D, D})};
+    // w2 twice at one depth; w3 on the input side and, alone, in a second output (as a cached
+    // key that a first stage keeps): it gets gradient from both.
+    auto forward = [&] {
+        const torch::Tensor h = torch::tanh(counted_linear::apply(x, w1));
+        const torch::Tensor y = counted_linear::apply(h, w2) + counted_linear::apply(h * 2, w2) +
+                                counted_linear::apply(x, w3) + bias;
+        return std::vector<torch::Tensor>{y, torch::sin(w3)};
+    };
+    counted_linear::input_products = counted_linear::weight_products = 0;
+    torch::autograd::grad(forward(), {x, w1, w2, w3, bias}, grads);
+    CHECK(counted_linear::input_products == 4);  // the whole backward: four of each
+    CHECK(counted_linear::weight_products == 4);
+
+    tpipe::libtorch::detail::split_backward split;
+    const auto roots = forward();
+    counted_linear::input_products = counted_linear::weight_products = 0;
+    split.input_half(roots, grads, {x}, params);
+    CHECK(counted_linear::input_products == 4);
+    CHECK(counted_linear::weight_products == 0);  // no parameter's product in the input half
+    split.weight_half();
+    CHECK(counted_linear::input_products == 4);  // the weight half walks no activation gradient again
+    CHECK(counted_linear::weight_products == 4);
+
+    const auto [whole, parts] = whole_and_split(forward, grads, x, params);
+    check_same(whole, parts);
+    CHECK(torch::equal(parts[0], whole[0]));  // the input's gradient: the same nodes, in the same order
+    CHECK_FALSE(parts.back().defined());      // the unused parameter: no gradient, as allow_unused
+
+    SECTION("a weight used at two depths (shared layers) still gets its gradient once")
+    {
+        auto shared = [&] { return std::vector<torch::Tensor>{counted_linear::apply(counted_linear::apply(x, w1), w1)}; };
+        const auto [w, p] = whole_and_split(shared, {grads[0]}, x, {w1});
+        check_same(w, p);
+    }
+    SECTION("with no input that requires grad (a first stage), the weight half is the whole backward")
+    {
+        const torch::Tensor ids = x.detach();
+        auto first = [&] { return std::vector<torch::Tensor>{counted_linear::apply(ids, w1) + bias}; };
+        const auto whole_first = torch::autograd::grad(first(), {w1, bias}, {grads[0]});
+        tpipe::libtorch::detail::split_backward split_first;
+        CHECK(split_first.input_half(first(), {grads[0]}, {}, {w1, bias}).empty());
+        const auto got = split_first.weight_half();
+        CHECK(torch::equal(got[0], whole_first[0]));
+        CHECK(torch::equal(got[1], whole_first[1]));
+    }
 }
 
 namespace {

@@ -19,12 +19,10 @@
 // - backward: torch::autograd::backward from the kept output with the received gradient; the
 //   parameters' .grad() accumulate as in an unpipelined backward, and the input leaf's gradient
 //   is returned.
-// - split backward (zero-bubble schedules): backward_input is torch::autograd::grad with
-//   respect to the input only (graph retained), backward_weight is torch::autograd::grad with
-//   respect to the parameters, added into their .grad(). Exact, but autograd offers no way to
-//   keep the activation gradients of the input pass for the weight pass, so the weight pass
-//   walks the graph again: I + W costs about one backward plus the activation-gradient part,
-//   where a hand-written split costs one backward.
+// - split backward (zero-bubble schedules): backward_input runs the graph's nodes that lead to
+//   the input and keeps the gradients where each parameter's path leaves them; backward_weight
+//   runs from there to the parameters, added into their .grad(). Each node's product is
+//   computed once, so I + W costs one backward (libtorch/split_backward.hpp).
 // - token slices: modules that need to know which tokens a slice holds read current_unit() /
 //   context_tokens() (positions), and causal attention keeps earlier slices' keys and values in
 //   a kv_cache, whose gradients flow back to the slice that made them (see kv_cache).

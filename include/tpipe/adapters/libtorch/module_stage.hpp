@@ -30,6 +30,7 @@
 
 #include "tpipe/adapters/libtorch/blas_threads.hpp"
 #include "tpipe/adapters/libtorch/kv_cache.hpp"
+#include "tpipe/adapters/libtorch/split_backward.hpp"
 #include "tpipe/adapters/libtorch/tensor_spec.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/core/unit.hpp"
@@ -206,34 +207,30 @@ public:
     }
 
     //! The input part of a split backward: the input's gradient and those of the earlier slices'
-    //! cached keys and values (which the earlier slices' backward needs); the graph is kept for
-    //! backward_weight.
+    //! cached keys and values (which the earlier slices' backward needs); the graph and the
+    //! gradients at its cut are kept for backward_weight (libtorch/split_backward.hpp).
     torch::Tensor backward_input(const unit& u, torch::Tensor grad_out)
     {
         saved& s = find(u);
-        std::tie(s.roots, s.grads) = roots_of(s, grad_out);
-        check_leaves(s, s.roots);  // backward_weight takes the listed parameters' gradients only
-        std::vector<torch::Tensor> wrt = s.consumed;
+        auto [roots, grads] = roots_of(s, grad_out);
+        check_leaves(s, roots);  // backward_weight takes the listed parameters' gradients only
+        std::vector<torch::Tensor> inputs = s.consumed;
         const bool with_input = s.in.requires_grad();
-        if (with_input) wrt.push_back(s.in);
-        if (wrt.empty()) return {};
-        auto g = torch::autograd::grad(s.roots, wrt, s.grads, /*retain_graph=*/true, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
+        if (with_input) inputs.push_back(s.in);
+        auto g = s.split.input_half(std::move(roots), std::move(grads), inputs, params_);
         for (std::size_t i = 0; i < s.consumed.size(); ++i) detail::accumulate_grad(s.consumed[i], g[i]);
         return with_input ? g.back() : torch::Tensor();
     }
 
-    //! The weight part: the parameters' gradients, added into their .grad() (a tied parameter's
-    //! into this stage's own buffer).
+    //! The weight part: the parameters' gradients from the cut backward_input kept, added into
+    //! their .grad() (a tied parameter's into this stage's own buffer).
     void backward_weight(const unit& u)
     {
         saved s = take(u);
-        if (s.roots.empty())
+        if (!s.split.started())
             throw tpipe::invalid_program(name_ + ": backward_weight of microbatch " + std::to_string(u.microbatch) +
                                          " slice " + std::to_string(u.slice) + " before its backward_input");
-        if (params_.empty()) return;
-        auto g = torch::autograd::grad(s.roots, params_, s.grads, /*retain_graph=*/false, /*create_graph=*/false,
-                                       /*allow_unused=*/true);
+        auto g = s.split.weight_half();
         for (std::size_t i = 0; i < params_.size(); ++i) add_parameter_gradient(i, g[i]);
     }
 
@@ -262,7 +259,7 @@ private:
         torch::Tensor in, out;
         std::vector<std::pair<torch::Tensor, torch::Tensor>> produced;
         std::vector<torch::Tensor> consumed;
-        std::vector<torch::Tensor> roots, grads;  //!< set by backward_input, used by backward_weight
+        detail::split_backward split;  //!< started by backward_input, finished by backward_weight
     };
 
     static std::pair<int, int> key(const unit& u) { return {u.microbatch, u.slice}; }
