@@ -17,7 +17,6 @@
 // exception, computed from the outputs; see input_half.)
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <numeric>
 #include <unordered_map>
 #include <utility>
@@ -31,6 +30,7 @@ namespace tpipe::libtorch::detail {
 class split_backward {
 public:
     using tensors = std::vector<torch::Tensor>;
+    using node_ptr = decltype(torch::autograd::Edge::function);  // shared_ptr in libtorch 1.x, intrusive_ptr in 2.x
 
     //! The input half: the gradients of `inputs` (leaves; undefined where no gradient reaches),
     //! from `roots` with `grads`; keeps the graph and the cut for weight_half(`params`' order).
@@ -172,14 +172,14 @@ private:
     //! and those its gradient flows to (children).
     struct graph {
         torch::autograd::edge_list root_edges;
-        std::vector<std::shared_ptr<torch::autograd::Node>> nodes;
+        std::vector<node_ptr> nodes;
         std::vector<std::vector<int>> parents, children;
         std::unordered_map<const torch::autograd::Node*, int> index;
 
         explicit graph(const tensors& roots)
         {
             std::vector<int> todo;
-            auto add = [&](const std::shared_ptr<torch::autograd::Node>& n) {
+            auto add = [&](const node_ptr& n) {
                 auto [it, fresh] = index.try_emplace(n.get(), int(nodes.size()));
                 if (fresh) nodes.push_back(n), parents.emplace_back(), children.emplace_back(), todo.push_back(it->second);
                 return it->second;
