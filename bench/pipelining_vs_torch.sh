@@ -59,6 +59,7 @@ shapes=(
 )
 same=(1f1b interleaved interleaved-zb zb-v)  # schedules both run
 ours_only=(zb-h1)                           # tpipe's, with a stage per rank
+sliced=(1f1b interleaved)                   # tpipe's schedules run with the token slicings
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc --all) CPUs; $rounds rounds of $steps steps;" \
   "torch $("$py" -c 'import torch; print(torch.__version__)')" >&2
 tpipe_run() {  # shape-name schedule slicer model-flags...
@@ -80,7 +81,9 @@ for r in $(seq "$rounds"); do
       torch_run "$name" "$sched" "$m" $model
     done
     for sched in "${ours_only[@]}"; do tpipe_run "$name" "$sched" "microbatch:$m" $model; done
-    for slicer in $slicings; do tpipe_run "$name" 1f1b "$slicer" $model; done
+    for slicer in $slicings; do
+      for sched in "${sliced[@]}"; do tpipe_run "$name" "$sched" "$slicer" $model; done
+    done
   done
   echo "round $r done; load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch.distributed import pipelining as pp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TWIN = os.path.join(HERE, "..", "examples", "libtorch_gpt", "twin.py")
+TWIN = os.path.join(HERE, "..", "apps", "libtorch_gpt", "twin.py")
 
 # tpipe's names (and PyTorch's) -> (schedule class, chunks per rank, placement)
 SCHEDULES = {
@@ -175,7 +175,7 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
-    p.add_argument("--data", default=os.path.join(HERE, "..", "examples", "gpt", "data", "tiny_corpus.txt"))
+    p.add_argument("--data", default=os.path.join(HERE, "..", "apps", "gpt", "data", "tiny_corpus.txt"))
     p.add_argument("--check", action="store_true", help="compare the losses with twin.py's plain run")
     p.add_argument("--check-tol", type=float, default=1e-4)
     c = p.parse_args()
