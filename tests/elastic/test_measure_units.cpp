@@ -92,16 +92,20 @@ TEST_CASE("measure_units times each unit of any freezable model, per sample, for
     REQUIRE(u.forward.size() == 3);
     REQUIRE(u.backward.size() == 3);
     CHECK(u.update.empty());
-    // A sleep lasts at least its time, and the figures are per sample (2 rows).
+    // A sleep lasts at least its time (one per row), and the figures are per sample.
     CHECK(u.forward[1] >= 0.015);
     CHECK(u.backward[2] >= 0.015);
     // The median of 3 passes: one preempted pass cannot make a unit that does not sleep as slow.
     CHECK(u.forward[0] < u.forward[1]);
     CHECK(u.backward[1] < u.backward[2]);
-    // Each pass: a step of all the rows, units in order, the loss's gradient into the last unit's
-    // backward, units in reverse; no optimizer step.
-    const std::vector<std::string> pass{"begin 2", "F0 rows 2 after 0", "F1 rows 2 after 1", "F2 rows 2 after 2",
-                                        "loss", "B2 seeded 1", "B1 seeded 1", "B0 seeded 1"};
+    // Each pass: a step of all the rows, each row a microbatch; units in order, each running every
+    // row's forward; the loss's gradient of each row into the last unit's backward; units in
+    // reverse; no optimizer step.
+    const std::vector<std::string> pass{"begin 2",           "F0 rows 1 after 0", "F0 rows 1 after 0",
+                                        "F1 rows 1 after 1", "F1 rows 1 after 1", "F2 rows 1 after 2",
+                                        "F2 rows 1 after 2", "loss",              "loss",
+                                        "B2 seeded 1",       "B2 seeded 1",       "B1 seeded 1",
+                                        "B1 seeded 1",       "B0 seeded 1",       "B0 seeded 1"};
     std::vector<std::string> want;
     for (int r = 0; r < 3; ++r) want.insert(want.end(), pass.begin(), pass.end());
     CHECK(m.log == want);

@@ -1,7 +1,7 @@
 #pragma once
 // The elastic planner's unit times (driver_options::measured) for any freezable_model: the
-// model builds one stage per unit, and one batch goes through them in order, forward then
-// backward, each stage timed on its own. Nothing here knows the model: a user's model gets
+// model builds one stage per unit, and one batch goes through them in order, a one-row
+// microbatch per sample, forward then backward, each stage timed on its own. Nothing here knows the model: a user's model gets
 // the same numbers the reference GPT measures for itself (apps/gpt: elastic_gpt.cpp).
 #include <algorithm>
 #include <chrono>
@@ -24,7 +24,8 @@ struct measure_options {
 };
 
 //! Seconds per sample of each unit's forward and backward on `model`, which becomes a pipeline of
-//! one stage per unit and runs the samples `ids` (one unit of all their rows) `repeats` times.
+//! one stage per unit and runs the samples `ids` (each a one-row microbatch, all in flight)
+//! `repeats` times.
 //! Use a scratch replica: its stages, gradients and step state are what the passes leave (no
 //! optimizer step runs, so its weights are not). unit_seconds::update is left empty: time the
 //! model's optimizer step yourself where it matters (it is optional to the planner).
@@ -50,25 +51,36 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
         throw invalid_argument("measure_units: the model's io() needs a source and an output_grad (the loss's "
                                "gradient seeds the backward)");
 
+    // Each sample is a one-row microbatch, all in flight: a unit runs the rows' forwards in
+    // order, and (from the last unit back) their backwards in reverse, as GPipe holds them, so
+    // that its activations and gradients compete for the cache as in a pipeline. (Timed on one
+    // warm row, the reference GPT's layers ran 12 % faster than in its runs: docs/elastic.md.)
     using clock = std::chrono::steady_clock;
     using stage_t = stage_object_t<typename M::stage_type>;
     const auto rows = static_cast<std::int64_t>(ids.size());
-    const unit whole{.microbatch = 0, .slice = 0, .row_begin = 0, .row_end = rows, .token_begin = 0, .token_end = o.seq_len};
+    auto row = [&](std::int64_t r) {
+        return unit{.microbatch = static_cast<int>(r), .slice = 0, .row_begin = r, .row_end = r + 1, .token_begin = 0,
+                    .token_end = o.seq_len};
+    };
     std::vector<std::vector<double>> fwd(static_cast<std::size_t>(units)), bwd(fwd.size());
     for (int rep = 0; rep < o.repeats; ++rep) {
         model.begin_step(ids, {});
-        auto x = io.source(whole);
+        std::vector<decltype(io.source(row(0)))> xs;
+        for (std::int64_t r = 0; r < rows; ++r) xs.push_back(io.source(row(r)));
         for (int s = 0; s < units; ++s) {
             stage_t& st = pipe.stage(static_cast<std::size_t>(s));
             const auto t0 = clock::now();
-            x = st.forward(whole, std::move(x));
+            for (std::int64_t r = 0; r < rows; ++r)
+                xs[static_cast<std::size_t>(r)] = st.forward(row(r), std::move(xs[static_cast<std::size_t>(r)]));
             fwd[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
         }
-        auto g = io.output_grad(whole, std::move(x));
+        std::vector<decltype(io.output_grad(row(0), std::move(xs[0])))> gs;
+        for (std::int64_t r = 0; r < rows; ++r) gs.push_back(io.output_grad(row(r), std::move(xs[static_cast<std::size_t>(r)])));
         for (int s = units - 1; s >= 0; --s) {
             stage_t& st = pipe.stage(static_cast<std::size_t>(s));
             const auto t0 = clock::now();
-            g = st.backward(whole, std::move(g));
+            for (std::int64_t r = rows - 1; r >= 0; --r)
+                gs[static_cast<std::size_t>(r)] = st.backward(row(r), std::move(gs[static_cast<std::size_t>(r)]));
             bwd[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
         }
         (void)model.finish_step();
