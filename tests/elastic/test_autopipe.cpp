@@ -59,6 +59,16 @@ TEST_CASE("microbatch count is the simulated optimum over K .. 6K")
     t.per_microbatch = 0;
     CHECK(tpipe::elastic::choose_microbatches(t, 64).microbatches == 24);  // free microbatches: the most wins
     CHECK(tpipe::elastic::choose_microbatches(t, 3).microbatches == 3);    // never more microbatches than samples
+
+    // One stage simulates alike for every count (up to rounding): the fewest microbatches, whose
+    // fixed costs the per-sample times leave out.
+    tpipe::elastic::stage_times one;
+    one.forward.assign(1, 1.7e-4);
+    one.backward.assign(1, 3.1e-4);
+    for (int batch = 1; batch <= 24; ++batch) {
+        INFO("batch " << batch);
+        CHECK(tpipe::elastic::choose_microbatches(one, batch).microbatches == 1);
+    }
 }
 
 TEST_CASE("autopipe halves while the halved slowest stage <= the starting one")

@@ -5,6 +5,7 @@
 // (driver_options::slicing). Part of tpipe/adapters/libtorch.hpp.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
@@ -21,40 +22,48 @@
 
 namespace tpipe::libtorch {
 
-//! Each module of `seq` run on what the modules before it make of `inputs` (rows on dim 0): the
-//! best of `repeats` forwards (recording autograd, as a stage does) and backwards (from a
-//! gradient of ones), divided by the rows. The model's .grad() are left untouched: the backward
+//! Each module of `seq` run on what the modules before it make of `inputs` (rows on dim 0), each
+//! row a one-row microbatch, all in flight: the rows' forwards in order (recording autograd, as a
+//! stage does), then their backwards in reverse (from a gradient of ones), as GPipe holds them.
+//! That prices what a run of one-row microbatches pays: libtorch's per-operator cost, which a
+//! whole batch at once spreads over its rows, and the cache that the rows in flight share. The
+//! best of `repeats`, divided by the rows. The model's .grad() are left untouched: the backward
 //! is torch::autograd::grad.
 inline elastic::unit_seconds measure_units(torch::nn::Sequential& seq, torch::Tensor inputs, int repeats = 3)
 {
     if (repeats < 1 || !inputs.defined() || inputs.dim() < 1 || inputs.size(0) < 1)
         throw tpipe::invalid_argument("measure_units: needs a batch with rows on dim 0 and repeats >= 1");
     using clock = std::chrono::steady_clock;
-    const double rows = static_cast<double>(inputs.size(0));
+    const std::int64_t rows = inputs.size(0);
     elastic::unit_seconds u;
-    torch::Tensor x = std::move(inputs);
+    std::vector<torch::Tensor> xs;  // each row, through the modules so far
+    for (std::int64_t r = 0; r < rows; ++r) xs.push_back(inputs.slice(0, r, r + 1));
     for (auto& m : *seq) {
-        std::vector<torch::Tensor> wrt;
+        std::vector<torch::Tensor> params;
         for (const auto& p : m.ptr()->parameters())
-            if (p.requires_grad()) wrt.push_back(p);
-        torch::Tensor in = x.is_floating_point() ? x.detach().requires_grad_() : x;
-        if (in.requires_grad()) wrt.push_back(in);
+            if (p.requires_grad()) params.push_back(p);
         double fwd = std::numeric_limits<double>::infinity(), bwd = fwd;
-        torch::Tensor y;
-        for (int r = 0; r < repeats; ++r) {
+        std::vector<torch::Tensor> ys(xs.size());
+        for (int rep = 0; rep < repeats; ++rep) {
+            std::vector<torch::Tensor> ins;
+            for (const auto& x : xs) ins.push_back(x.is_floating_point() ? x.detach().requires_grad_() : x);
             const auto t0 = clock::now();
-            y = m.forward<torch::Tensor>(in);
+            for (std::size_t r = 0; r < ins.size(); ++r) ys[r] = m.forward<torch::Tensor>(ins[r]);
             const auto t1 = clock::now();
-            if (!wrt.empty() && y.requires_grad())
-                torch::autograd::grad({y}, wrt, {torch::ones_like(y)}, /*retain_graph=*/false, /*create_graph=*/false,
-                                      /*allow_unused=*/true);
+            for (std::size_t r = ins.size(); r-- > 0;) {
+                std::vector<torch::Tensor> wrt = params;
+                if (ins[r].requires_grad()) wrt.push_back(ins[r]);
+                if (!wrt.empty() && ys[r].requires_grad())
+                    torch::autograd::grad({ys[r]}, wrt, {torch::ones_like(ys[r])}, /*retain_graph=*/false,
+                                          /*create_graph=*/false, /*allow_unused=*/true);
+            }
             const auto t2 = clock::now();
             fwd = std::min(fwd, std::chrono::duration<double>(t1 - t0).count());
             bwd = std::min(bwd, std::chrono::duration<double>(t2 - t1).count());
         }
-        u.forward.push_back(fwd / rows);
-        u.backward.push_back(bwd / rows);
-        x = y.detach();
+        u.forward.push_back(fwd / static_cast<double>(rows));
+        u.backward.push_back(bwd / static_cast<double>(rows));
+        for (std::size_t r = 0; r < xs.size(); ++r) xs[r] = ys[r].detach();
     }
     return u;
 }
