@@ -255,6 +255,15 @@ TEST_CASE("a split backward computes every product once, and the gradients of th
         const auto [w, p] = whole_and_split(shared, {grads[0]}, x, {w1});
         check_same(w, p);
     }
+    SECTION("an output that requires no grad carries nothing back")
+    {
+        const auto whole_y = torch::autograd::grad({counted_linear::apply(x, w1)}, {x, w1}, {grads[0]});
+        tpipe::libtorch::detail::split_backward with_constant;
+        const auto got = with_constant.input_half({counted_linear::apply(x, w1), torch::ones({B, D})},
+                                                  {grads[0], grads[0]}, {x}, {w1});
+        CHECK(torch::equal(got[0], whole_y[0]));
+        CHECK(torch::equal(with_constant.weight_half()[0], whole_y[1]));
+    }
     SECTION("with no input that requires grad (a first stage), the weight half is the whole backward")
     {
         const torch::Tensor ids = x.detach();

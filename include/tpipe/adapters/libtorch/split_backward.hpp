@@ -36,9 +36,17 @@ public:
     //! from `roots` with `grads`; keeps the graph and the cut for weight_half(`params`' order).
     tensors input_half(tensors roots, tensors grads, const tensors& inputs, const tensors& params)
     {
-        roots_ = std::move(roots);
-        grads_ = std::move(grads);
+        roots_.clear();
+        grads_.clear();
+        for (std::size_t r = 0; r < roots.size(); ++r)
+            if (roots[r].requires_grad()) {  // an output without a gradient edge carries nothing back
+                roots_.push_back(std::move(roots[r]));
+                grads_.push_back(std::move(grads[r]));
+            }
         params_ = params.size();
+        started_ = true;
+        calls_.clear();
+        if (roots_.empty()) return tensors(inputs.size());
         const graph g(roots_);
         const std::vector<int> input_at = accumulators(g, inputs);
         const std::vector<char> input_side = g.above(input_at);  // what the input half runs
@@ -99,7 +107,6 @@ public:
         for (const auto& ss : starts_of)
             for (std::size_t i = 1; i < ss.size(); ++i) parent[top(ss[i])] = top(ss[0]);
         std::vector<int> call_of(starts.size(), -1);
-        calls_.clear();
         for (std::size_t i = 0; i < starts.size(); ++i) {
             int& c = call_of[top(int(i))];
             if (c < 0) c = int(calls_.size()), calls_.emplace_back();
@@ -162,10 +169,11 @@ public:
         calls_.clear();
         roots_.clear();
         grads_.clear();
+        started_ = false;
         return out;
     }
 
-    bool started() const noexcept { return !roots_.empty(); }
+    bool started() const noexcept { return started_; }
 
 private:
     //! The graph below the roots: its nodes, for each the nodes that use its output (parents)
@@ -250,6 +258,7 @@ private:
     tensors roots_, grads_;  //!< keep the graph alive until the weight half
     std::vector<call> calls_;
     std::size_t params_ = 0;
+    bool started_ = false;
 };
 
 } // namespace tpipe::libtorch::detail
