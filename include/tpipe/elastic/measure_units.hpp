@@ -1,8 +1,9 @@
 #pragma once
 // The elastic planner's unit times (driver_options::measured) for any freezable_model: the
 // model builds one stage per unit, and one batch goes through them in order, a one-row
-// microbatch per sample, forward then backward, each stage timed on its own. Nothing here knows the model: a user's model gets
-// the same numbers the reference GPT measures for itself (apps/gpt: elastic_gpt.cpp).
+// microbatch per sample, forward then backward, each stage timed on its own. Nothing here
+// knows the model: a user's model is timed as the reference GPT times itself (apps/gpt:
+// elastic_gpt.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
