@@ -2,11 +2,16 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gpt/kernels.hpp"
 
 namespace {
+
+// Read before any GEMM: the GPT's set-up writes the variable itself when it re-selects kernels.
+const bool user_chose_kernels = std::getenv("OPENBLAS_CORETYPE") != nullptr;
 
 template <class T>
 void check_gemm(std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, bool acc, gpt::thread_pool* pool)
@@ -73,6 +78,27 @@ TEST_CASE("a pool's gemm gives the same bits on 1, 2 or 3 threads", "[gpt][kerne
         CHECK(c1 == c2);
         CHECK(c1 == c3);
     }
+}
+
+TEST_CASE("OpenBLAS runs kernels as wide as the CPU's instructions", "[gpt][kernels]")
+{
+    // OpenBLAS names cores by model number; a core newer than the release once ran the SSE3
+    // (Prescott) kernels at 1/4 of the speed (Emerald Rapids), another the AVX2 ones (Zen 4).
+    const std::string core = gpt::blas_core();
+    INFO("OpenBLAS kernel set: " << core);
+    if (user_chose_kernels) {
+        WARN("OPENBLAS_CORETYPE is set: the user's choice (" << core << ") is kept, not checked");
+        return;
+    }
+#if defined(__x86_64__) && defined(__GNUC__)
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512cd");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512_set = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+    if (avx512) CHECK(avx512_set);
+    else if (avx2) CHECK((avx512_set || core == "Haswell" || core == "Zen"));
+#endif
 }
 
 TEST_CASE("thread pool runs every task once and rethrows", "[gpt][kernels]")

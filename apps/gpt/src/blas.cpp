@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <type_traits>
 #include <string>
@@ -30,11 +31,37 @@ bool cpu_has_avx512()
 #endif
 }
 
+bool cpu_has_avx2()
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+// The kernel set this CPU's instructions allow, when OpenBLAS detected a weaker one ("" when its
+// choice is already as wide). OpenBLAS 0.3.21 (Debian 12) names a core by its model number, so a
+// core newer than the release falls back: AMD's AVX-512 cores after Zen 3 get the AVX2 (Zen)
+// kernels, Intel's Emerald Rapids (family 6, model 207) the SSE3 (Prescott) ones, at 1/4 of the
+// speed. The choice here goes by the instructions instead, as later releases do for known cores.
+std::string wider_core(const std::string& found)
+{
+    const auto any_of = [&](std::initializer_list<const char*> names) {
+        for (const char* n : names)
+            if (found == n) return true;
+        return false;
+    };
+    const bool avx512_set = any_of({"SkylakeX", "Cooperlake", "SapphireRapids"});
+    if (cpu_has_avx512() && !avx512_set) return "SkylakeX";
+    if (cpu_has_avx2() && !avx512_set && !any_of({"Haswell", "Zen"})) return "Haswell";
+    return "";
+}
+
 // Runs once, before the first GEMM of the process.
 //  - OpenBLAS's own threads stay idle: every call runs on its caller (the pool splits the work).
-//  - OpenBLAS 0.3.21 (Debian 12) does not know AMD's AVX-512 cores after Zen 3 and falls back to
-//    its AVX2 (Haswell/Zen) kernels at half the speed: on a CPU with AVX-512 it switches to the
-//    SkylakeX kernels, which is what later OpenBLAS releases pick for those cores.
+//  - A kernel set narrower than the CPU's instructions (see wider_core) is replaced, unless the
+//    user chose one with OPENBLAS_CORETYPE.
 struct openblas_setup {
     std::string core;
     openblas_setup()
@@ -42,12 +69,10 @@ struct openblas_setup {
         if (openblas_get_parallel() == 0)
             throw std::runtime_error("gpt: this OpenBLAS is the single-threaded build, which is not safe for "
                                      "concurrent callers; link the pthread build (libopenblas-pthread-dev)");
-        const std::string found = openblas_get_corename();
-        const bool avx2_core = found == "Haswell" || found == "Zen";
+        const std::string wider = wider_core(openblas_get_corename());
         // A user's own OPENBLAS_CORETYPE is their choice: never overridden.
-        if (avx2_core && cpu_has_avx512() && std::getenv("OPENBLAS_CORETYPE") == nullptr && gotoblas_dynamic_init &&
-            gotoblas_dynamic_quit) {
-            setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+        if (!wider.empty() && std::getenv("OPENBLAS_CORETYPE") == nullptr && gotoblas_dynamic_init && gotoblas_dynamic_quit) {
+            setenv("OPENBLAS_CORETYPE", wider.c_str(), 1);
             gotoblas_dynamic_quit();
             gotoblas_dynamic_init();
         }
