@@ -12,6 +12,7 @@
 
 #include <tpipe/adapters/libtorch/freezable_sequential.hpp>
 #include <tpipe/adapters/libtorch/unit_times.hpp>
+#include <tpipe/elastic/measure_units.hpp>
 #include <tpipe/elastic/plan_inputs_file.hpp>
 #include <tpipe/elastic/sampler.hpp>
 #include <tpipe/elastic/thread_driver.hpp>
@@ -59,11 +60,18 @@ torch::Tensor first_batch(const options& o, const corpus& data)
     return data.rows(ids, o.seq_len).first;
 }
 
-//! Each module's forward and backward seconds per sample, on the first batch of windows.
+//! Each module's forward and backward seconds per sample on the first batch of windows, and its
+//! share of AdamW's step and of the gradients' all-reduce: tpipe::elastic::measure_units on a
+//! scratch model (it steps the optimizer), whose stages are the ones the drivers build.
 tpipe::elastic::unit_seconds measure(const options& o, const corpus& data)
 {
-    auto model = make_gpt(config_of(o), o.seed);
-    return tpipe::libtorch::measure_units(model, first_batch(o, data));
+    const auto modules = static_cast<std::size_t>(o.layers) + 2;  // embedding, blocks, head
+    const tpipe::elastic::unit_seconds equal{.forward = std::vector<double>(modules, 1.0),
+                                             .backward = std::vector<double>(modules, 0.0)};
+    freezable_sequential scratch(parts_of(o, data, equal));
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(o.batch));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    return tpipe::elastic::measure_units(scratch, ids, {.seq_len = o.seq_len, .repeats = 5, .threads = 1});
 }
 
 //! TeraPipe inside the elastic pipeline: each module's token latency table, profiled on the

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tpipe/elastic/autopipe.hpp"
+#include "tpipe/elastic/shape_planner.hpp"
 
 namespace {
 //! Seconds proportional to cost: forward c per sample, backward 2c for active units.
@@ -39,6 +40,39 @@ TEST_CASE("simulated GPipe iteration on equal stages is (M + K - 1)(f + b) B / M
             const double B = 32;
             CHECK(tpipe::elastic::simulate_iteration(t, B, M) == Approx((M + K - 1) * 1.5 * B / M));
         }
+}
+
+TEST_CASE("a fixed cost per microbatch compute adds (M + K - 1)(fixed forward + fixed backward)")
+{
+    for (int K : {1, 2, 4})
+        for (int M : {1, 3, 8}) {
+            tpipe::elastic::stage_times t;
+            t.forward.assign(K, 0.5);
+            t.backward.assign(K, 1.0);
+            t.forward_fixed.assign(K, 0.25);
+            t.backward_fixed.assign(K, 0.125);
+            const double B = 32;
+            CHECK(tpipe::elastic::simulate_iteration(t, B, M) == Approx((M + K - 1) * (1.5 * B / M + 0.375)));
+        }
+}
+
+TEST_CASE("measured unit times with fixed parts: a stage pays its units' fixed parts, the cached frozen ones' not")
+{
+    tpipe::elastic::unit_latency lat;
+    lat.units = {.forward = {1, 2, 3, 4}, .backward = {10, 20, 30, 40}};
+    lat.units.forward_fixed = {0.1, 0.2, 0.3, 0.4};
+    lat.units.backward_fixed = {0.01, 0.02, 0.03, 0.04};
+    const std::vector<int> cuts{0, 2, 4};
+    const auto t = lat.stage_times(cuts, 1);  // unit 0 frozen, its outputs cached
+    REQUIRE(t.forward_fixed.size() == 2);
+    CHECK(t.forward == std::vector<double>{2, 7});
+    CHECK(t.backward == std::vector<double>{20, 70});
+    CHECK(t.forward_fixed[0] == Approx(0.2));
+    CHECK(t.forward_fixed[1] == Approx(0.7));
+    CHECK(t.backward_fixed[0] == Approx(0.02));
+    CHECK(t.backward_fixed[1] == Approx(0.07));
+    lat.cached = false;  // the frozen unit runs its forward in the pipeline
+    CHECK(lat.stage_times(cuts, 1).forward_fixed[0] == Approx(0.3));
 }
 
 TEST_CASE("microbatch count is the simulated optimum over K .. 6K")

@@ -13,8 +13,8 @@
 
 namespace {
 
-// Units that sleep forward_ms[i] (backward_ms[i]) per call and log "F<i>" ("B<i>") with the rows
-// and the payload they got; the payload is the unit index chain so far.
+// Units that sleep forward_ms[i] (backward_ms[i]) per call plus row_ms[i] per row, and log "F<i>"
+// ("B<i>") with the rows and the payload they got; the payload is the unit index chain so far.
 struct paced;
 struct paced_stage {
     using input = std::vector<int>;
@@ -28,13 +28,15 @@ struct paced_stage {
 struct paced {
     using stage_type = paced_stage;
     using frozen_output = std::vector<double>;
-    std::vector<int> forward_ms, backward_ms;
+    std::vector<int> forward_ms, backward_ms, row_ms;
     std::vector<std::string> log;
     int steps = 0;
     std::optional<tpipe::uniform_pipeline<paced_stage>> pipe;
     tpipe::io_for<tpipe::uniform_pipeline<paced_stage>> io_;
-    explicit paced(std::vector<int> f, std::vector<int> b) : forward_ms(std::move(f)), backward_ms(std::move(b))
+    paced(std::vector<int> f, std::vector<int> b, std::vector<int> r = {})
+        : forward_ms(std::move(f)), backward_ms(std::move(b)), row_ms(std::move(r))
     {
+        row_ms.resize(forward_ms.size());
         io_.source = [](const tpipe::unit&) { return std::vector<int>{}; };
         io_.output_grad = [this](const tpipe::unit&, std::vector<int>&& y) {
             log.push_back("loss");
@@ -68,16 +70,18 @@ paced_stage::output paced_stage::forward(const tpipe::unit& u, input x)
     std::ostringstream line;  // (not string operator+: GCC 12 -O2 warns falsely in it, -Wrestrict)
     line << 'F' << u0 << " rows " << u.rows() << " after " << x.size();
     m->log.push_back(line.str());
-    std::this_thread::sleep_for(std::chrono::milliseconds(m->forward_ms[static_cast<std::size_t>(u0)]));
+    const auto i = static_cast<std::size_t>(u0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(m->forward_ms[i] + m->row_ms[i] * u.rows()));
     x.push_back(u0);
     return x;
 }
-paced_stage::input paced_stage::backward(const tpipe::unit&, output g)
+paced_stage::input paced_stage::backward(const tpipe::unit& u, output g)
 {
     std::ostringstream line;
     line << 'B' << u0 << " seeded " << (g.back() == -1 ? 1 : 0);
     m->log.push_back(line.str());
-    std::this_thread::sleep_for(std::chrono::milliseconds(m->backward_ms[static_cast<std::size_t>(u0)]));
+    const auto i = static_cast<std::size_t>(u0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(m->backward_ms[i] + m->row_ms[i] * u.rows()));
     return g;
 }
 static_assert(tpipe::elastic::freezable_model<paced>);
@@ -86,30 +90,45 @@ static_assert(tpipe::elastic::freezable_model<paced>);
 
 TEST_CASE("measure_units times each unit of any freezable model, per sample, forward then backward", "[elastic][measure]")
 {
-    paced m({0, 30, 0}, {0, 0, 30});
+    // Unit 1's forward costs 30 ms a call whatever its rows; unit 2 costs 15 ms a row both ways.
+    paced m({0, 30, 0}, {0, 0, 0}, {0, 0, 15});
     const std::vector<std::int64_t> ids{4, 5};
     const auto u = tpipe::elastic::measure_units(m, ids, {.seq_len = 8, .repeats = 3, .threads = 1});
     REQUIRE(u.forward.size() == 3);
     REQUIRE(u.backward.size() == 3);
-    CHECK(u.update.empty());
-    // A sleep lasts at least its time (one per row), and the figures are per sample.
-    CHECK(u.forward[1] >= 0.015);
-    CHECK(u.backward[2] >= 0.015);
+    REQUIRE(u.forward_fixed.size() == 3);
+    REQUIRE(u.backward_fixed.size() == 3);
+    // The fit through a one-row microbatch and the two rows at once: unit 1's forward is all
+    // fixed, unit 2's all per sample (a sleep lasts at least its time, and a little more).
+    CHECK(u.forward_fixed[1] >= 0.025);
+    CHECK(u.forward[1] < 0.005);
+    CHECK(u.forward[2] >= 0.012);
+    CHECK(u.backward[2] >= 0.012);
+    CHECK(u.forward_fixed[2] < 0.005);
+    CHECK(u.backward_fixed[2] < 0.005);
+    // Its units hold no parameters: the optimizer step and the all-reduce cost them nothing.
+    CHECK(u.update == std::vector<double>(3, 0.0));
+    CHECK(u.reduce == std::vector<double>(3, 0.0));
     // The median of 3 passes: one preempted pass cannot make a unit that does not sleep as slow.
-    CHECK(u.forward[0] < u.forward[1]);
-    CHECK(u.backward[1] < u.backward[2]);
+    CHECK(u.forward[0] + u.forward_fixed[0] < 0.005);
+    CHECK(u.backward[1] + u.backward_fixed[1] < 0.005);
     // Each pass: a step of all the rows, each row a microbatch; units in order, each running every
     // row's forward; the loss's gradient of each row into the last unit's backward; units in
-    // reverse; no optimizer step.
+    // reverse; then 3 passes of the two rows as one microbatch; then 3 optimizer steps (the
+    // median prices the step).
     const std::vector<std::string> pass{"begin 2",           "F0 rows 1 after 0", "F0 rows 1 after 0",
                                         "F1 rows 1 after 1", "F1 rows 1 after 1", "F2 rows 1 after 2",
                                         "F2 rows 1 after 2", "loss",              "loss",
                                         "B2 seeded 1",       "B2 seeded 1",       "B1 seeded 1",
                                         "B1 seeded 1",       "B0 seeded 1",       "B0 seeded 1"};
+    const std::vector<std::string> whole{"begin 2", "F0 rows 2 after 0", "F1 rows 2 after 1", "F2 rows 2 after 2",
+                                         "loss",    "B2 seeded 1",       "B1 seeded 1",       "B0 seeded 1"};
     std::vector<std::string> want;
     for (int r = 0; r < 3; ++r) want.insert(want.end(), pass.begin(), pass.end());
+    for (int r = 0; r < 3; ++r) want.insert(want.end(), whole.begin(), whole.end());
+    want.insert(want.end(), 3, "optimizer");
     CHECK(m.log == want);
-    CHECK(m.steps == 3);
+    CHECK(m.steps == 6);
 }
 
 TEST_CASE("measure_units on the chain model leaves its weights and gives every unit a time", "[elastic][measure]")
@@ -118,15 +137,47 @@ TEST_CASE("measure_units on the chain model leaves its weights and gives every u
     tpipe_test::chain m(4, data);
     const auto before = m.w;
     const std::vector<std::int64_t> ids{0, 1, 2, 3};
-    const auto u = tpipe::elastic::measure_units(m, ids);
+    const auto u = tpipe::elastic::measure_units(m, ids, {.step = false});
     REQUIRE(u.forward.size() == 4);
     REQUIRE(u.backward.size() == 4);
-    for (std::size_t i = 0; i < 4; ++i) {
-        CHECK(u.forward[i] > 0);
-        CHECK(u.backward[i] > 0);
+    for (std::size_t i = 0; i < 4; ++i) {  // per sample, or all of it per microbatch
+        CHECK(u.forward[i] + u.forward_fixed[i] > 0);
+        CHECK(u.backward[i] + u.backward_fixed[i] > 0);
     }
     CHECK(m.w == before);
     CHECK(m.pipe->size() == 4);
+    CHECK(u.update.empty());
+}
+
+TEST_CASE("measure_units prices the optimizer step by each unit's parameters, and their all-reduce", "[elastic][measure]")
+{
+    tpipe_test::chain m(4, {0.5, -1.0, 2.0, 0.25});
+    const auto before = m.w;
+    const std::vector<std::int64_t> ids{0, 1, 2, 3};
+    const auto u = tpipe::elastic::measure_units(m, ids, {.seq_len = 1, .repeats = 3, .threads = 1});
+    REQUIRE(u.update.size() == 4);
+    REQUIRE(u.reduce.size() == 4);
+    CHECK(m.w != before);  // the optimizer stepped (a scratch replica's weights are what it leaves)
+    // One parameter per unit: equal shares of the step, each a positive time.
+    for (std::size_t i = 0; i < 4; ++i) {
+        CHECK(u.update[i] > 0);
+        CHECK(u.update[i] == u.update[0]);
+        CHECK(u.reduce[i] > 0);
+    }
+}
+
+TEST_CASE("price_step apportions the step by parameters and refuses a negative step", "[elastic][measure]")
+{
+    tpipe::elastic::unit_seconds u;
+    const std::vector<std::size_t> parameters{0, 100, 300};
+    tpipe::elastic::price_step(u, parameters, 0.004);
+    REQUIRE(u.update.size() == 3);
+    CHECK(u.update[0] == 0.0);
+    CHECK(u.update[1] == Approx(0.001));
+    CHECK(u.update[2] == Approx(0.003));
+    CHECK(u.reduce[0] == 0.0);
+    CHECK(u.reduce[1] > 0);
+    CHECK_THROWS_WITH(tpipe::elastic::price_step(u, parameters, -1.0), Catch::Contains("must be >= 0, got -1"));
 }
 
 TEST_CASE("measure_units refuses what it cannot measure, saying what is missing", "[elastic][measure]")

@@ -80,6 +80,17 @@ TEST_CASE("plan inputs: replayed bit for bit, the same plans", "[elastic][plan-i
     el::record_plan_inputs(path, o);
     el::replay_plan_inputs(path, replayed, units, 0);
     REQUIRE(replayed.measured.reduce == o.measured.reduce);
+    REQUIRE(replayed.measured.forward_fixed.empty());
+    // So do the fixed microbatch times, which change the plans (a microbatch costs more).
+    for (int u = 0; u < units; ++u) {
+        o.measured.forward_fixed.push_back(1e-3 * std::sqrt(5.0 + u) / 3.0);
+        o.measured.backward_fixed.push_back(2e-3 * std::sqrt(2.0 + u) / 3.0);
+    }
+    el::record_plan_inputs(path, o);
+    el::replay_plan_inputs(path, replayed, units, 0);
+    REQUIRE(replayed.measured.forward_fixed == o.measured.forward_fixed);
+    REQUIRE(replayed.measured.backward_fixed == o.measured.backward_fixed);
+    REQUIRE(plans_of(replayed, units) == plans_of(o, units));
     o.measured.update.pop_back();
     el::record_plan_inputs(path, o);
     REQUIRE_THROWS_WITH(el::replay_plan_inputs(path, replayed, units, 0),

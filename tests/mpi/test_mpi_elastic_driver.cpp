@@ -69,6 +69,9 @@ TEST_CASE("share_plan_inputs gives every process process 0's unit times and toke
         tpipe::elastic::driver_options m = o;
         const double t = 1.0 + me;
         m.measured = {std::vector<double>(units, t), std::vector<double>(units, 2 * t)};
+        m.measured.update = std::vector<double>(units, 0.1 * t);
+        m.measured.forward_fixed = std::vector<double>(units, 0.01 * t);
+        m.measured.backward_fixed = std::vector<double>(units, 0.02 * t);
         tpipe::elastic::token_slicing s;
         s.granularity = 4;
         for (int u = 0; u < units; ++u) {
@@ -90,6 +93,13 @@ TEST_CASE("share_plan_inputs gives every process process 0's unit times and toke
     if (processes > 1) {
         const auto apart = digests(own);
         CHECK(apart[1] != apart[0]);
+        // Fixed microbatch times shape the plans: they alone set the digests apart.
+        auto same_but_fixed = own;
+        same_but_fixed.measured.forward.assign(units, 1.0);
+        same_but_fixed.measured.backward.assign(units, 2.0);
+        same_but_fixed.slicing.reset();
+        const auto fixed_apart = digests(same_but_fixed);
+        CHECK(fixed_apart[1] != fixed_apart[0]);
         // The driver says who differs, on every process (no hang).
         CHECK_THROWS_WITH(tpipe::mpi::elastic_driver<chain>(std::make_unique<chain>(units, data), 48, own, 1),
                           Catch::Contains("process 1 plans from other unit costs, options, unit times or token latency tables than process 0"));
@@ -99,6 +109,10 @@ TEST_CASE("share_plan_inputs gives every process process 0's unit times and toke
     const auto together = digests(shared);
     for (auto d : together) CHECK(d == together.front());
     CHECK(shared.measured.forward == std::vector<double>(units, 1.0));
+    CHECK(shared.measured.update == std::vector<double>(units, 0.1));  // process 0's optional times too
+    CHECK(shared.measured.reduce.empty());
+    CHECK(shared.measured.forward_fixed == std::vector<double>(units, 0.01));
+    CHECK(shared.measured.backward_fixed == std::vector<double>(units, 0.02));
     REQUIRE(shared.slicing);
     CHECK(shared.slicing->granularity == 4);
     CHECK(shared.slicing->units.at(2).samples().at(1).seconds == 3.0 * (4 + 4 + 16));  // process 0's: t = 1, unit 2, (1, 4, 4)

@@ -8,10 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <tpipe/async/on_threads.hpp>
-#include <tpipe/async/sync_wait.hpp>
-#include <tpipe/async/task.hpp>
-#include <tpipe/comm/thread_communicator.hpp>
+#include <tpipe/elastic/step_prices.hpp>
 
 #include "gpt/planning.hpp"
 
@@ -91,26 +88,6 @@ double median_of(std::vector<double> v)
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
 }
-//! Seconds of one all-reduce of `n` floats between two replicas on threads, as the thread driver's
-//! data parallelism runs it (tpipe::thread_communicator's ring): the median of 5, after one to
-//! warm up. Processes (--transport mpi) sum over shared memory at a similar cost; not measured.
-double two_replica_all_reduce_seconds(std::size_t n)
-{
-    tpipe::thread_group group(2);
-    std::vector<std::vector<float>> grads(2, std::vector<float>(n, 1.0f));
-    std::vector<double> times;
-    tpipe::on_threads(2, [&](std::size_t m) {
-        tpipe::thread_communicator c = group.member(static_cast<int>(m));
-        for (int rep = 0; rep < 6; ++rep) {
-            const auto t0 = std::chrono::steady_clock::now();
-            tpipe::sync_wait([](tpipe::thread_communicator& c, std::span<float> v) -> tpipe::task<void> {
-                co_await c.all_reduce_sum(v);
-            }(c, std::span<float>(grads[m])));
-            if (m == 0 && rep > 0) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-    });
-    return median_of(std::move(times));
-}
 } // namespace
 
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
@@ -165,13 +142,12 @@ unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
             opt.step(p);
             steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
-        const double per_parameter = median_of(std::move(steps)) / static_cast<double>(p.lay.total);
+        std::vector<std::size_t> parameters;
         for (int l = 0; l <= cfg.layers; ++l) {
             const std::int64_t end = l < cfg.layers ? p.lay.frozen_end(l + 1) : p.lay.total;
-            const auto n = static_cast<std::size_t>(end - p.lay.frozen_end(l));
-            s.update.push_back(per_parameter * static_cast<double>(n));
-            s.reduce.push_back(two_replica_all_reduce_seconds(n));
+            parameters.push_back(static_cast<std::size_t>(end - p.lay.frozen_end(l)));
         }
+        tpipe::elastic::price_step(s, parameters, median_of(std::move(steps)));
     }
     return s;
 }

@@ -23,8 +23,11 @@
 
 namespace tpipe::elastic {
 
-//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs); and,
-//! for the interval forecast only (empty: not measured, priced 0; plans do not depend on them),
+//! Seconds per sample of each pipelined unit's forward and backward (the planner's costs), and
+//! the fixed seconds each forward (backward) compute of a microbatch pays whatever its rows
+//! (empty: none), so that a microbatch of r rows costs fixed + r * per sample: a framework's
+//! per-operator cost, which a one-row microbatch pays in full and a whole batch spreads. And, for
+//! the interval forecast only (empty: not measured, priced 0; plans do not depend on them),
 //! seconds of one optimizer step over each unit's parameters, and of one all-reduce of each unit's
 //! gradients between two replicas (a ring moves 2(r - 1)/r of the bytes per member for r
 //! replicas, 1 of them at r = 2).
@@ -32,6 +35,7 @@ struct unit_seconds {
     std::vector<double> forward, backward;
     std::vector<double> update{};
     std::vector<double> reduce{};
+    std::vector<double> forward_fixed{}, backward_fixed{};
 };
 
 //! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's

@@ -1,8 +1,9 @@
 #pragma once
 // The elastic planner's unit times (driver_options::measured) for any freezable_model: the
 // model builds one stage per unit, and one batch goes through them in order, a one-row
-// microbatch per sample, forward then backward, each stage timed on its own. Nothing here
-// knows the model: a user's model is timed as the reference GPT times itself (apps/gpt:
+// microbatch per sample, forward then backward, each stage timed on its own; then its optimizer
+// step, which step_prices.hpp apportions to the units with the gradients' all-reduce. Nothing
+// here knows the model: a user's model is timed as the reference GPT times itself (apps/gpt:
 // elastic_gpt.cpp).
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,8 @@
 #include "tpipe/core/unit.hpp"
 #include "tpipe/elastic/driver_options.hpp"
 #include "tpipe/elastic/freezable_model.hpp"
+#include "tpipe/elastic/step_prices.hpp"
+#include "tpipe/exec/gradients.hpp"
 
 namespace tpipe::elastic {
 
@@ -22,14 +25,16 @@ struct measure_options {
     std::int64_t seq_len = 1;  //!< tokens per sample (the unit covers all of them)
     int repeats = 11;          //!< the median of this many passes: one preemption must not decide
     int threads = 1;           //!< stage_request::threads, as the driver will build each stage
+    bool step = true;          //!< also price the optimizer step and the all-reduce (steps the model)
 };
 
-//! Seconds per sample of each unit's forward and backward on `model`, which becomes a pipeline of
-//! one stage per unit and runs the samples `ids` (each a one-row microbatch, all in flight)
-//! `repeats` times.
-//! Use a scratch replica: its stages, gradients and step state are what the passes leave (no
-//! optimizer step runs, so its weights are not). unit_seconds::update is left empty: time the
-//! model's optimizer step yourself where it matters (it is optional to the planner).
+//! Seconds per sample of each unit's forward and backward on `model`, and the fixed seconds of
+//! each microbatch (unit_seconds::forward_fixed, backward_fixed): the model becomes a pipeline of
+//! one stage per unit and runs the samples `ids` `repeats` times as one-row microbatches, all in
+//! flight, then `repeats` times as one microbatch of them all; with `o.step`, also unit_seconds::update and ::reduce: the median of
+//! `repeats` optimizer steps (model.optimizer_step(), on the gradients the passes left),
+//! apportioned by each unit's gradient values (its stage's gradients()), and their all-reduce.
+//! Use a scratch replica: its weights, gradients and step state are what the passes leave.
 template <freezable_model M>
 unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const measure_options& o = {})
 {
@@ -86,15 +91,66 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
         }
         (void)model.finish_step();
     }
-    auto per_sample = [&](std::vector<double>& v) {
+    // Then the whole batch as one microbatch: with the rows one at a time, two points of a
+    // microbatch's cost, fixed + rows * per sample.
+    std::vector<std::vector<double>> fwd_all(fwd.size()), bwd_all(fwd.size());
+    const unit all{.microbatch = 0, .slice = 0, .row_begin = 0, .row_end = rows, .token_begin = 0, .token_end = o.seq_len};
+    for (int rep = 0; rows > 1 && rep < o.repeats; ++rep) {
+        model.begin_step(ids, {});
+        auto x = io.source(all);
+        for (int s = 0; s < units; ++s) {
+            const auto t0 = clock::now();
+            x = pipe.stage(static_cast<std::size_t>(s)).forward(all, std::move(x));
+            fwd_all[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
+        }
+        auto g = io.output_grad(all, std::move(x));
+        for (int s = units - 1; s >= 0; --s) {
+            const auto t0 = clock::now();
+            g = pipe.stage(static_cast<std::size_t>(s)).backward(all, std::move(g));
+            bwd_all[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
+        }
+        (void)model.finish_step();
+    }
+    auto median = [](std::vector<double>& v) {
         std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2] / static_cast<double>(rows);
+        return v[v.size() / 2];
     };
     unit_seconds out;
-    for (int s = 0; s < units; ++s) {
-        out.forward.push_back(per_sample(fwd[static_cast<std::size_t>(s)]));
-        out.backward.push_back(per_sample(bwd[static_cast<std::size_t>(s)]));
+    // one: a one-row microbatch's seconds; whole: the batch's in one microbatch. The line through
+    // both gives the fixed part and the per-sample slope; where it does not fit (rows together
+    // cost more than one at a time: caches), a microbatch is priced per sample, at `one`.
+    auto fit = [&](double one, std::vector<double>& whole_times, std::vector<double>& slope, std::vector<double>& fixed) {
+        double per = one, at_once = 0;
+        if (rows > 1) {
+            const double whole = median(whole_times);
+            per = std::max(0.0, (whole - one) / static_cast<double>(rows - 1));
+            at_once = one - per;
+            if (at_once < 0) per = one, at_once = 0;
+        }
+        slope.push_back(per);
+        fixed.push_back(at_once);
+    };
+    for (std::size_t s = 0; s < fwd.size(); ++s) {
+        fit(median(fwd[s]) / static_cast<double>(rows), fwd_all[s], out.forward, out.forward_fixed);
+        fit(median(bwd[s]) / static_cast<double>(rows), bwd_all[s], out.backward, out.backward_fixed);
     }
+    if (!o.step) return out;
+    std::vector<std::size_t> parameters;  // per unit: the values its stage's gradients hold
+    for (int s = 0; s < units; ++s) {
+        const gradient_view g = gradients_of(pipe.stage(static_cast<std::size_t>(s)));
+        std::size_t n = 0;
+        for (auto span : g.f32) n += span.size();
+        for (auto span : g.f64) n += span.size();
+        parameters.push_back(n);
+    }
+    std::vector<double> steps;
+    for (int rep = 0; rep < o.repeats; ++rep) {
+        const auto t0 = clock::now();
+        model.optimizer_step();
+        steps.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
+    price_step(out, parameters, steps[steps.size() / 2]);
     return out;
 }
 

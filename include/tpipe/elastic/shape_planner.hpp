@@ -36,15 +36,26 @@ struct unit_latency {
     tpipe::elastic::stage_times stage_times(std::span<const int> cuts, int frozen) const
     {
         tpipe::elastic::stage_times t;
+        const bool fixed = !units.forward_fixed.empty();
         for (std::size_t s = 0; s + 1 < cuts.size(); ++s) {
-            double f = 0, b = 0;
+            double f = 0, b = 0, ff = 0, bf = 0;
             for (int i = cuts[s]; i < cuts[s + 1]; ++i) {
                 const auto k = static_cast<std::size_t>(i);
-                if (i >= frozen) b += units.backward[k];
-                if (i >= frozen || !cached) f += units.forward[k];
+                if (i >= frozen) {
+                    b += units.backward[k];
+                    if (fixed) bf += units.backward_fixed[k];
+                }
+                if (i >= frozen || !cached) {
+                    f += units.forward[k];
+                    if (fixed) ff += units.forward_fixed[k];
+                }
             }
             t.forward.push_back(f);
             t.backward.push_back(b);
+            if (fixed) {
+                t.forward_fixed.push_back(ff);
+                t.backward_fixed.push_back(bf);
+            }
         }
         return t;
     }
@@ -92,13 +103,27 @@ public:
                         "elastic driver: measured unit times for " + std::to_string(o.measured.forward.size()) +
                             " forward and " + std::to_string(o.measured.backward.size()) + " backward units; the model has " +
                             std::to_string(n) + " (measure every unit before planning)");
-        for (const auto* times : {&o.measured.forward, &o.measured.backward})
-            for (std::size_t i = 0; i < n; ++i)
-                detail::require((*times)[i] > 0 && std::isfinite((*times)[i]),
-                                "elastic driver: measured unit time " +
-                                    std::string(times == &o.measured.forward ? "forward[" : "backward[") +
-                                    std::to_string(i) + "] is " + std::to_string((*times)[i]) +
-                                    " s; every unit's time must be a positive number of seconds");
+        const unit_seconds& m = o.measured;
+        detail::require((m.forward_fixed.empty() && m.backward_fixed.empty()) ||
+                            (m.forward_fixed.size() == n && m.backward_fixed.size() == n),
+                        "elastic driver: fixed microbatch times for " + std::to_string(m.forward_fixed.size()) +
+                            " forward and " + std::to_string(m.backward_fixed.size()) + " backward units; give none, or " +
+                            std::to_string(n) + " of each (one per unit)");
+        for (const auto* times : {&m.forward_fixed, &m.backward_fixed})
+            for (double s : *times)
+                detail::require(s >= 0 && std::isfinite(s), "elastic driver: a fixed microbatch time is " + std::to_string(s) +
+                                                                " s; each must be a finite number of seconds >= 0");
+        for (const bool fwd : {true, false})
+            for (std::size_t i = 0; i < n; ++i) {
+                const double t = (fwd ? m.forward : m.backward)[i];
+                const std::vector<double>& fixed = fwd ? m.forward_fixed : m.backward_fixed;
+                const bool paid = t > 0 || (t == 0 && !fixed.empty() && fixed[i] > 0);  // all of it per microbatch
+                detail::require(paid && std::isfinite(t), "elastic driver: measured unit time " +
+                                                              std::string(fwd ? "forward[" : "backward[") + std::to_string(i) +
+                                                              "] is " + std::to_string(t) +
+                                                              " s; every unit's time must be a positive number of seconds "
+                                                              "(or 0 where its fixed microbatch time is positive)");
+            }
         detail::require(freezable >= 0 && freezable < units_,
                         "elastic driver: the model says " + std::to_string(freezable) + " of its " + std::to_string(units_) +
                             " units may freeze; at least the last (the head) must stay active");

@@ -30,6 +30,7 @@ struct stage_times {
     double transfer = 0;           //!< seconds per sample sent between neighbouring stages
     double latency = 0;            //!< fixed seconds per transfer
     std::vector<double> after;     //!< per stage, seconds after the last backward (gradient all-reduce)
+    std::vector<double> forward_fixed, backward_fixed;  //!< per stage, added to per_microbatch (empty: none)
 
     int stages() const { return static_cast<int>(forward.size()); }
 };
@@ -42,8 +43,9 @@ struct microbatch_costs {
     double compute(op kind, int stage, const unit&) const
     {
         const auto s = static_cast<std::size_t>(stage);
-        if (kind == op::F) return t.per_microbatch + t.forward[s] * samples;
-        if (kind == op::B) return t.per_microbatch + t.backward[s] * samples;
+        const auto fixed = [s](const std::vector<double>& v) { return v.empty() ? 0.0 : v[s]; };
+        if (kind == op::F) return t.per_microbatch + fixed(t.forward_fixed) + t.forward[s] * samples;
+        if (kind == op::B) return t.per_microbatch + fixed(t.backward_fixed) + t.backward[s] * samples;
         return 0;
     }
     double transfer(op, int, int, const unit&) const { return t.latency + t.transfer * samples; }

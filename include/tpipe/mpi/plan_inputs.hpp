@@ -3,6 +3,7 @@
 // process sends to which, so two plans are a hang. Measured times differ between processes, so
 // share_plan_inputs gives every process process 0's unit times and token-latency tables, and
 // tpipe::mpi::elastic_driver refuses to start while the processes' plan_inputs_digest differ.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -21,10 +22,18 @@ namespace tpipe::mpi {
 
 namespace detail {
 inline task<void> broadcast_bytes(communicator& c, std::span<std::byte> b) { co_await c.broadcast(b, 0); }
+
+//! The unit times a model may leave unmeasured (empty), in the order they travel.
+template <class U>
+auto optional_times(U& u)
+{
+    return std::array{&u.update, &u.reduce, &u.forward_fixed, &u.backward_fixed};
+}
 } // namespace detail
 
-//! Process 0's o.measured (forward and backward seconds of `units` units) and o.slicing (per-unit
-//! token latency tables, granularity) on every process of `c`. Other processes may come with
+//! Process 0's o.measured (forward and backward seconds of `units` units, and the optional fixed
+//! microbatch, update and reduce seconds) and o.slicing (per-unit token latency tables,
+//! granularity) on every process of `c`. Other processes may come with
 //! them empty (only process 0 need measure). Collective.
 inline void share_plan_inputs(communicator& c, elastic::driver_options& o, std::size_t units)
 {
@@ -37,6 +46,10 @@ inline void share_plan_inputs(communicator& c, elastic::driver_options& o, std::
                                    std::to_string(units) + " units; measure every unit on process 0");
         flat = o.measured.forward;
         flat.insert(flat.end(), o.measured.backward.begin(), o.measured.backward.end());
+        for (const auto* v : detail::optional_times(o.measured)) {  // each as its size, then its values
+            flat.push_back(static_cast<double>(v->size()));
+            flat.insert(flat.end(), v->begin(), v->end());
+        }
         flat.push_back(o.slicing ? 1 : 0);
         if (o.slicing) {
             if (o.slicing->units.size() != units)
@@ -59,6 +72,11 @@ inline void share_plan_inputs(communicator& c, elastic::driver_options& o, std::
     o.measured.backward.assign(flat.begin() + static_cast<std::ptrdiff_t>(units),
                                flat.begin() + static_cast<std::ptrdiff_t>(2 * units));
     std::size_t i = 2 * units;
+    for (auto* v : detail::optional_times(o.measured)) {
+        const auto size = static_cast<std::size_t>(at(i++));
+        v->assign(flat.begin() + static_cast<std::ptrdiff_t>(i), flat.begin() + static_cast<std::ptrdiff_t>(i + size));
+        i += size;
+    }
     if (flat[i++] == 0) {
         o.slicing.reset();
         return;
@@ -92,6 +110,8 @@ inline std::uint64_t plan_inputs_digest(const std::vector<double>& unit_costs, i
     add(o.alpha);
     add_all(o.measured.forward);
     add_all(o.measured.backward);
+    add_all(o.measured.forward_fixed);  // a microbatch's fixed cost shapes the plans too
+    add_all(o.measured.backward_fixed);
     add(o.slicing.has_value());
     if (o.slicing) {
         add(o.slicing->granularity);
