@@ -1,9 +1,11 @@
 #include "checkpointing.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include <span>
 #include <stdexcept>
@@ -150,6 +152,17 @@ saved_position read_position(const tpipe::state::manifest& m, bool elastic, cons
         throw tpipe::state::corrupt_checkpoint("checkpoint manifest \"" + mpath + "\" is malformed: " + e.what());
     }
     return p;
+}
+
+//! The unit times an elastic checkpoint holds only where they were measured, by their JSON names.
+template <class U>
+auto optional_times(U& u)
+{
+    using times = std::conditional_t<std::is_const_v<U>, const std::vector<double>*, std::vector<double>*>;
+    return std::array<std::pair<const char*, times>, 4>{{{"update", &u.update},
+                                                         {"reduce", &u.reduce},
+                                                         {"forward_fixed", &u.forward_fixed},
+                                                         {"backward_fixed", &u.backward_fixed}}};
 }
 
 } // namespace
@@ -302,10 +315,8 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::elastic::replan_
                    {"steps_drawn", done}};
     object seconds{{"forward", tpipe::json::array(measured_.forward.begin(), measured_.forward.end())},
                    {"backward", tpipe::json::array(measured_.backward.begin(), measured_.backward.end())}};
-    if (!measured_.update.empty())
-        seconds.emplace("update", tpipe::json::array(measured_.update.begin(), measured_.update.end()));
-    if (!measured_.reduce.empty())
-        seconds.emplace("reduce", tpipe::json::array(measured_.reduce.begin(), measured_.reduce.end()));
+    for (const auto& [name, times] : optional_times(measured_))
+        if (!times->empty()) seconds.emplace(name, tpipe::json::array(times->begin(), times->end()));
     m.elastic = object{{"frozen_layers", plan.frozen},
                        {"plan", plan.to_json()},
                        {"unit_seconds", std::move(seconds)},
@@ -333,27 +344,31 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
             u.forward.push_back(tpipe::checked_finite("elastic.unit_seconds.forward", x.as_number("forward seconds"), 0));
         for (const auto& x : t.at("backward").as_array("backward"))
             u.backward.push_back(tpipe::checked_finite("elastic.unit_seconds.backward", x.as_number("backward seconds"), 0));
-        if (t.contains("update"))  // the interval forecast's optimizer seconds (optional: plans do not use them)
-            for (const auto& x : t.at("update").as_array("update"))
-                u.update.push_back(tpipe::checked_finite("elastic.unit_seconds.update", x.as_number("update seconds"), 0));
-        if (t.contains("reduce"))  // and its all-reduce seconds (optional too)
-            for (const auto& x : t.at("reduce").as_array("reduce"))
-                u.reduce.push_back(tpipe::checked_finite("elastic.unit_seconds.reduce", x.as_number("reduce seconds"), 0));
+        for (const auto& [name, times] : optional_times(u))
+            if (t.contains(name))
+                for (const auto& x : t.at(name).as_array(name))
+                    times->push_back(tpipe::checked_finite("elastic.unit_seconds." + std::string(name), x.as_number(name), 0));
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
     }
     const auto n = static_cast<std::size_t>(units);
-    if (u.forward.size() != n || u.backward.size() != n || (!u.update.empty() && u.update.size() != n) ||
-        (!u.reduce.empty() && u.reduce.size() != n))
+    bool sized = u.forward.size() == n && u.backward.size() == n &&
+                 u.forward_fixed.empty() == u.backward_fixed.empty();  // fixed parts: both or neither
+    for (const auto& [name, times] : optional_times(u)) sized = sized && (times->empty() || times->size() == n);
+    if (!sized)
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
                                       " units, this model has " + std::to_string(units));
     for (const auto* times : {&u.forward, &u.backward})
-        for (std::size_t i = 0; i < times->size(); ++i)
-            if (!((*times)[i] > 0) || !std::isfinite((*times)[i]))
+        for (std::size_t i = 0; i < times->size(); ++i) {
+            const auto& fixed = times == &u.forward ? u.forward_fixed : u.backward_fixed;
+            const bool all_fixed = (*times)[i] == 0 && !fixed.empty() && fixed[i] > 0;  // every row costs the same
+            if (!((*times)[i] > 0 || all_fixed) || !std::isfinite((*times)[i]))
                 throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit_seconds." +
                                               (times == &u.forward ? "forward[" : "backward[") + std::to_string(i) +
                                               "] is " + tpipe::json::dump((*times)[i]) +
-                                              "; a unit's measured time must be a positive number of seconds");
+                                              "; a unit's measured time must be a positive number of seconds "
+                                              "(or 0 where its fixed microbatch time is positive)");
+        }
     return {m.step, std::move(u), m.run};
 }
 

@@ -189,6 +189,6 @@ TEST_CASE("measure_units refuses what it cannot measure, saying what is missing"
                       Catch::Contains("needs at least one sample id"));
     CHECK_THROWS_WITH(tpipe::elastic::measure_units(m, one, {.seq_len = 1, .repeats = 0, .threads = 1}),
                       Catch::Contains("seq_len, repeats and threads must be >= 1, got 1, 0, 1"));
-    m.io_.output_grad = nullptr;
-    CHECK_THROWS_WITH(tpipe::elastic::measure_units(m, one), Catch::Contains("needs a source and an output_grad"));
+    m.io_.source = nullptr;
+    CHECK_THROWS_WITH(tpipe::elastic::measure_units(m, one), Catch::Contains("needs a source"));
 }

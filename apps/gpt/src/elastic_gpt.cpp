@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <tpipe/elastic/step_prices.hpp>
+#include <tpipe/elastic/measure_units.hpp>
 
 #include "gpt/planning.hpp"
 
@@ -82,74 +82,24 @@ activation<float> elastic_gpt::run_frozen(std::int64_t id, std::optional<activat
     return prefix_->run(data_->rows(ids), from ? std::move(*from) : activation<float>{}, from_layers, to_layers);
 }
 
-namespace {
-double median_of(std::vector<double> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-} // namespace
 
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads)
 {
-    parameters<float> p(cfg);
-    p.init(1);
-    // A unit's times as a run sees them: `in_flight` one-row microbatches forwarded in order,
-    // then sent back in reverse (as GPipe holds them), so that their activations and gradients
-    // compete for the cache as in a pipeline. Timed on one warm row instead, a d_model 64 layer's
-    // forward + backward ran 12 % faster than this, and the runs 11-19 % slower than forecast
-    // (docs/elastic.md, "Predictions against measurements").
-    constexpr int in_flight = 8;
-    batch rows{in_flight, seq_len, std::vector<std::int32_t>(static_cast<std::size_t>(in_flight * seq_len)),
-               std::vector<std::int32_t>(static_cast<std::size_t>(in_flight * seq_len))};
-    for (std::size_t t = 0; t < rows.inputs.size(); ++t) {
-        rows.inputs[t] = static_cast<std::int32_t>((t * 7 + 3) % static_cast<std::size_t>(cfg.vocab));
-        rows.targets[t] = static_cast<std::int32_t>((t * 5 + 1) % static_cast<std::size_t>(cfg.vocab));
-    }
-    auto row = [&](int m) { return tpipe::unit{m, 0, m, m + 1, 0, seq_len}; };
-    const activation<float> one_row{1, seq_len, std::vector<float>(static_cast<std::size_t>(seq_len * cfg.d_model), 0.5f)};
-    unit_seconds s;
-    auto best_of = [&](int l0, int l1, bool first, bool last, double& f, double& b) {
-        part<float> q(p, l0, l1, first, last, threads);
-        std::vector<double> fs, bs;
-        for (int rep = 0; rep < 11; ++rep) {  // the median of 11: one preemption is longer than a unit
-            q.begin(&rows);
-            std::vector<activation<float>> ins(in_flight, first ? activation<float>{} : one_row);
-            std::vector<activation<float>> grads(in_flight, last ? activation<float>{} : one_row);
-            const auto t0 = std::chrono::steady_clock::now();
-            for (int m = 0; m < in_flight; ++m) q.forward(row(m), std::move(ins[m]));
-            const auto t1 = std::chrono::steady_clock::now();
-            for (int m = in_flight - 1; m >= 0; --m) q.backward(row(m), std::move(grads[m]));
-            const auto t2 = std::chrono::steady_clock::now();
-            fs.push_back(std::chrono::duration<double>(t1 - t0).count() / in_flight);
-            bs.push_back(std::chrono::duration<double>(t2 - t1).count() / in_flight);
-        }
-        f = median_of(std::move(fs));
-        b = median_of(std::move(bs));
-    };
-    for (int l = 0; l <= cfg.layers; ++l) {
-        double f = 0, b = 0;
-        if (l < cfg.layers) best_of(l, l + 1, l == 0, false, f, b);
-        else best_of(l, l, false, true, f, b);  // the tail
-        s.forward.push_back(f);
-        s.backward.push_back(b);
-    }
-    {  // AdamW's step, linear in the parameters, apportioned by unit (a tied head's are layer 0's)
-        adamw<float> opt(p, adamw_options{});
-        std::vector<double> steps;
-        for (int rep = 0; rep < 5; ++rep) {
-            const auto t0 = std::chrono::steady_clock::now();
-            opt.step(p);
-            steps.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-        std::vector<std::size_t> parameters;
-        for (int l = 0; l <= cfg.layers; ++l) {
-            const std::int64_t end = l < cfg.layers ? p.lay.frozen_end(l + 1) : p.lay.total;
-            parameters.push_back(static_cast<std::size_t>(end - p.lay.frozen_end(l)));
-        }
-        tpipe::elastic::price_step(s, parameters, median_of(std::move(steps)));
-    }
-    return s;
+    // The library's measurement (tpipe/elastic/measure_units.hpp), as for any model: on a scratch
+    // replica, 8 samples as one-row microbatches in flight (forwards in order, backwards in
+    // reverse, as GPipe holds them, so that their activations and gradients compete for the
+    // cache as in a pipeline), then as one microbatch of 8 rows (each microbatch's fixed part),
+    // then AdamW's step, apportioned by each unit's parameters, and their all-reduce.
+    constexpr std::int64_t in_flight = 8;
+    std::string text(static_cast<std::size_t>((in_flight + 1) * seq_len + 1), ' ');
+    for (std::size_t t = 0; t < text.size(); ++t) text[t] = static_cast<char>('a' + (t * 7 + 3) % 26);
+    config c = cfg;
+    c.seq_len = seq_len;
+    const window_dataset data(text, seq_len, in_flight);
+    elastic_gpt scratch(c, data, adamw_options{}, 1);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(in_flight));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    return tpipe::elastic::measure_units(scratch, ids, {.seq_len = seq_len, .repeats = 11, .threads = threads});
 }
 
 std::vector<tpipe::table_latency> profile_units(const config& cfg, const batch& probe, const tpipe::profile_grid& grid,

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tpipe/core/error.hpp"
@@ -53,8 +54,10 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
         throw invalid_argument("measure_units: the model built " + std::to_string(pipe.size()) +
                                " stages for a request of " + std::to_string(units) + " (one per unit)");
     const auto& io = model.io();
-    if (!io.source || !io.output_grad)
-        throw invalid_argument("measure_units: the model's io() needs a source and an output_grad (the loss's "
+    using out_t = typename std::remove_cvref_t<decltype(io.output_grad)>::result_type;
+    if (!io.source || (!io.output_grad && !std::is_default_constructible_v<out_t>))
+        throw invalid_argument("measure_units: the model's io() needs a source, and an output_grad where the last stage's "
+                               "output is not default-constructible (the loss's "
                                "gradient seeds the backward)");
 
     // Each sample is a one-row microbatch, all in flight: a unit runs the rows' forwards in
@@ -62,6 +65,13 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
     // that its activations and gradients compete for the cache as in a pipeline. (Timed on one
     // warm row, the reference GPT's layers ran 12 % faster than in its runs: docs/elastic.md.)
     using clock = std::chrono::steady_clock;
+    // The backward's seed, as tpipe::run makes it: the loss's gradient, or Out{} where the last
+    // stage computes its own loss (io.output_grad left out).
+    auto seed = [&](const unit& u, out_t&& y) -> out_t {
+        if (io.output_grad) return io.output_grad(u, std::move(y));
+        if constexpr (std::is_default_constructible_v<out_t>) return out_t{};
+        else throw invalid_argument("measure_units: no output_grad");  // refused above
+    };
     using stage_t = stage_object_t<typename M::stage_type>;
     const auto rows = static_cast<std::int64_t>(ids.size());
     auto row = [&](std::int64_t r) {
@@ -80,8 +90,8 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
                 xs[static_cast<std::size_t>(r)] = st.forward(row(r), std::move(xs[static_cast<std::size_t>(r)]));
             fwd[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
         }
-        std::vector<decltype(io.output_grad(row(0), std::move(xs[0])))> gs;
-        for (std::int64_t r = 0; r < rows; ++r) gs.push_back(io.output_grad(row(r), std::move(xs[static_cast<std::size_t>(r)])));
+        std::vector<out_t> gs;
+        for (std::int64_t r = 0; r < rows; ++r) gs.push_back(seed(row(r), std::move(xs[static_cast<std::size_t>(r)])));
         for (int s = units - 1; s >= 0; --s) {
             stage_t& st = pipe.stage(static_cast<std::size_t>(s));
             const auto t0 = clock::now();
@@ -103,7 +113,7 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
             x = pipe.stage(static_cast<std::size_t>(s)).forward(all, std::move(x));
             fwd_all[static_cast<std::size_t>(s)].push_back(std::chrono::duration<double>(clock::now() - t0).count());
         }
-        auto g = io.output_grad(all, std::move(x));
+        auto g = seed(all, std::move(x));
         for (int s = units - 1; s >= 0; --s) {
             const auto t0 = clock::now();
             g = pipe.stage(static_cast<std::size_t>(s)).backward(all, std::move(g));

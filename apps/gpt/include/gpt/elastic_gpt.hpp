@@ -63,10 +63,10 @@ static_assert(tpipe::elastic::process_freezable_model<elastic_gpt>);
 //! embedding is a lookup and costs nothing), the paper's proxy, the same on every process.
 std::vector<double> unit_costs(const config& cfg);
 
-//! Seconds per sample of each unit's forward and backward, measured with 8 one-sample
-//! microbatches in flight (the median of 11), and of AdamW's step over each unit's parameters
-//! (unit_seconds::update) and of its gradients' all-reduce between two replicas
-//! (unit_seconds::reduce).
+//! Each unit's forward and backward seconds, per sample and fixed per microbatch, its share of
+//! AdamW's step (unit_seconds::update) and its gradients' all-reduce between two replicas
+//! (unit_seconds::reduce): tpipe::elastic::measure_units on a scratch elastic_gpt, with 8
+//! one-sample microbatches in flight, then the 8 as one (the median of 11 each).
 unit_seconds measure_units(const config& cfg, std::int64_t seq_len, int threads);
 
 //! Each unit's forward + backward time of b rows, s tokens and c context, profiled on `probe`
