@@ -1,10 +1,10 @@
 #pragma once
 // The elastic planner's unit times (driver_options::measured) for any freezable_model: the
 // model builds one stage per unit, and one batch goes through them in order, a one-row
-// microbatch per sample, forward then backward, each stage timed on its own; then its optimizer
-// step, which step_prices.hpp apportions to the units with the gradients' all-reduce. Nothing
-// here knows the model: a user's model is timed as the reference GPT times itself (apps/gpt:
-// elastic_gpt.cpp).
+// microbatch per sample, forward then backward, each stage timed on its own; then the batch as
+// one microbatch (what a microbatch pays whatever its rows); then its optimizer step, which
+// step_prices.hpp apportions to the units with the gradients' all-reduce. Nothing here knows
+// the model: the reference GPT is timed with it too (apps/gpt: elastic_gpt.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -32,10 +32,11 @@ struct measure_options {
 //! Seconds per sample of each unit's forward and backward on `model`, and the fixed seconds of
 //! each microbatch (unit_seconds::forward_fixed, backward_fixed): the model becomes a pipeline of
 //! one stage per unit and runs the samples `ids` `repeats` times as one-row microbatches, all in
-//! flight, then `repeats` times as one microbatch of them all; with `o.step`, also unit_seconds::update and ::reduce: the median of
-//! `repeats` optimizer steps (model.optimizer_step(), on the gradients the passes left),
-//! apportioned by each unit's gradient values (its stage's gradients()), and their all-reduce.
-//! Use a scratch replica: its weights, gradients and step state are what the passes leave.
+//! flight, then `repeats` times as one microbatch of them all. With `o.step`, also
+//! unit_seconds::update and ::reduce: the median of `repeats` optimizer steps
+//! (model.optimizer_step(), on the gradients the passes left), apportioned by each unit's
+//! gradient values (its stage's gradients()), and their all-reduce. Use a scratch replica: its
+//! weights, gradients and step state are what the passes leave.
 template <freezable_model M>
 unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const measure_options& o = {})
 {
