@@ -151,7 +151,8 @@ TEST_CASE("measure_units on the chain model leaves its weights and gives every u
 
 TEST_CASE("measure_units prices the optimizer step by each unit's parameters, and their all-reduce", "[elastic][measure]")
 {
-    tpipe_test::chain m(4, {0.5, -1.0, 2.0, 0.25});
+    const std::vector<double> data{0.5, -1.0, 2.0, 0.25};  // the chain keeps a reference to it
+    tpipe_test::chain m(4, data);
     const auto before = m.w;
     const std::vector<std::int64_t> ids{0, 1, 2, 3};
     const auto u = tpipe::elastic::measure_units(m, ids, {.seq_len = 1, .repeats = 3, .threads = 1});
