@@ -160,8 +160,7 @@ unit_seconds measure_units(M& model, std::span<const std::int64_t> ids, const me
         model.optimizer_step();
         steps.push_back(std::chrono::duration<double>(clock::now() - t0).count());
     }
-    std::nth_element(steps.begin(), steps.begin() + static_cast<std::ptrdiff_t>(steps.size() / 2), steps.end());
-    price_step(out, parameters, steps[steps.size() / 2]);
+    price_step(out, parameters, median(steps));
     return out;
 }
 
