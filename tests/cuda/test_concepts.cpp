@@ -11,7 +11,7 @@
 #include "tpipe/cuda/driver.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/cuda/peer_channel.hpp"
-#include "tpipe/cuda/peer_payload.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 
 namespace {
 
@@ -82,10 +82,11 @@ struct pool_less {  // make does not take the pool
 } // namespace
 
 template <>
-struct tpipe::cuda::device_payload_traits<dev_floats> {
+struct tpipe::device_payload_traits<dev_floats> {
     struct header {
         std::uint64_t count;
     };
+    using pool = host_pool;
     static header header_of(const dev_floats& d) { return {d.v.size()}; }
     static dev_floats make(const header& h, host_pool& p)
     {
@@ -96,7 +97,7 @@ struct tpipe::cuda::device_payload_traits<dev_floats> {
     static std::span<std::byte> device_bytes(dev_floats& d) { return std::as_writable_bytes(std::span<float>(d.v)); }
 };
 template <>
-struct tpipe::cuda::device_payload_traits<wide_header> {
+struct tpipe::device_payload_traits<wide_header> {
     struct header {
         std::uint64_t shape[6];
     };
@@ -106,7 +107,7 @@ struct tpipe::cuda::device_payload_traits<wide_header> {
     static std::span<std::byte> device_bytes(wide_header& d) { return std::as_writable_bytes(std::span<float>(d.v)); }
 };
 template <>
-struct tpipe::cuda::device_payload_traits<pool_less> {
+struct tpipe::device_payload_traits<pool_less> {
     struct header {
         std::uint64_t count;
     };
@@ -116,9 +117,11 @@ struct tpipe::cuda::device_payload_traits<pool_less> {
     static std::span<std::byte> device_bytes(pool_less& d) { return std::as_writable_bytes(std::span<float>(d.v)); }
 };
 
-static_assert(tpipe::cuda::device_payload<dev_floats, host_pool>);
-static_assert(!tpipe::cuda::device_payload<dev_floats, int>);  // make takes a host_pool
-static_assert(!tpipe::cuda::device_payload<wide_header, host_pool>);
-static_assert(!tpipe::cuda::device_payload<pool_less, host_pool>);
-static_assert(!tpipe::cuda::device_payload<std::vector<float>, host_pool>);  // no device form given
+static_assert(tpipe::device_payload<dev_floats, host_pool>);
+static_assert(!tpipe::device_payload<dev_floats, int>);  // make takes a host_pool
+static_assert(!tpipe::device_payload<wide_header, host_pool>);
+static_assert(!tpipe::device_payload<pool_less, host_pool>);
+static_assert(!tpipe::device_payload<std::vector<float>, host_pool>);  // no device form given
 static_assert(!tpipe::byte_payload<dev_floats>);  // and a device form is no host byte form
+static_assert(tpipe::pooled_device_payload<dev_floats>);
+static_assert(!tpipe::pooled_device_payload<wide_header>);  // its traits name no pool

@@ -1,11 +1,18 @@
 #pragma once
 // The host stage of the NCCL tests (tpipe_test::affine, tests/exec/affine.hpp) and their inputs:
 // integer-valued doubles, so sums are exact in any order (NCCL's order is not the rank-order
-// fold) and a run on GPUs can be compared bit for bit.
+// fold) and a run on GPUs can be compared bit for bit. Its payload, std::vector<double>, has a
+// "device" form here (host memory from a counting pool) for the fake NCCL: declared in this header,
+// which every test of this executable that runs a pipeline includes, since a runner's channel
+// over links is instantiated for its payload in every such file and must see the same traits.
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "../exec/affine.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 
 namespace nccl_test {
 
@@ -31,3 +38,28 @@ inline dvec loss_grad(dvec y)
 }
 
 } // namespace nccl_test
+
+namespace tpipe::nccl::fake {
+
+//! Counts the payloads receivers made.
+struct host_pool {
+    std::atomic<int> made{0};
+};
+
+} // namespace tpipe::nccl::fake
+
+template <>
+struct tpipe::device_payload_traits<std::vector<double>> {
+    struct header {
+        std::uint64_t count;
+    };
+    using pool = tpipe::nccl::fake::host_pool;
+    static header header_of(const std::vector<double>& v) { return {v.size()}; }
+    static std::vector<double> make(const header& h, tpipe::nccl::fake::host_pool& pool)
+    {
+        pool.made.fetch_add(1);
+        return std::vector<double>(static_cast<std::size_t>(h.count));
+    }
+    static std::span<const std::byte> device_bytes(const std::vector<double>& v) { return std::as_bytes(std::span<const double>(v)); }
+    static std::span<std::byte> device_bytes(std::vector<double>& v) { return std::as_writable_bytes(std::span<double>(v)); }
+};

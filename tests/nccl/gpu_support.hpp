@@ -16,7 +16,7 @@
 #include "tpipe/cuda/current.hpp"
 #include "tpipe/cuda/error_macros.hpp"
 #include "tpipe/cuda/memory_pool.hpp"
-#include "tpipe/cuda/peer_payload.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 #include "tpipe/exec/gradients.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/exec/stage.hpp"
@@ -164,10 +164,11 @@ inline tpipe::uniform_pipeline<affine> make_pipe(int n, pool_ref p)
 } // namespace gpu_test
 
 template <>
-struct tpipe::cuda::device_payload_traits<gpu_test::dev_vec> {
+struct tpipe::device_payload_traits<gpu_test::dev_vec> {
     struct header {
         std::uint64_t n;
     };
+    using pool = gpu_test::pool_ref;
     static header header_of(const gpu_test::dev_vec& v) { return {v.n}; }
     static gpu_test::dev_vec make(const header& h, gpu_test::pool_ref& p) { return gpu_test::make_vec(p, static_cast<std::size_t>(h.n)); }
     static std::span<const std::byte> device_bytes(const gpu_test::dev_vec& v)
@@ -176,4 +177,4 @@ struct tpipe::cuda::device_payload_traits<gpu_test::dev_vec> {
     }
     static std::span<std::byte> device_bytes(gpu_test::dev_vec& v) { return {reinterpret_cast<std::byte*>(v.data()), v.n * sizeof(double)}; }
 };
-static_assert(tpipe::cuda::device_payload<gpu_test::dev_vec, gpu_test::pool_ref>);
+static_assert(tpipe::device_payload<gpu_test::dev_vec, gpu_test::pool_ref>);

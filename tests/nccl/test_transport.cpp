@@ -224,3 +224,53 @@ TEST_CASE("nccl transport: a stage that fails on one process stops the others wi
     CHECK_THAT(errors[1], Catch::Contains("injected fault in B"));
     for (int p : {0, 2}) CHECK_THAT(errors[p], Catch::Contains("the iteration failed on process 1"));
 }
+
+namespace {
+struct other_pool {};
+//! A device payload made from a pool the transport was not given.
+struct foreign_payload {
+    std::vector<double> v;
+};
+} // namespace
+
+template <>
+struct tpipe::device_payload_traits<foreign_payload> {
+    struct header {
+        std::uint64_t count;
+    };
+    using pool = other_pool;
+    static header header_of(const foreign_payload& p) { return {p.v.size()}; }
+    static foreign_payload make(const header& h, other_pool&) { return {std::vector<double>(static_cast<std::size_t>(h.count))}; }
+    static std::span<const std::byte> device_bytes(const foreign_payload& p) { return std::as_bytes(std::span<const double>(p.v)); }
+    static std::span<std::byte> device_bytes(foreign_payload& p) { return std::as_writable_bytes(std::span<double>(p.v)); }
+};
+
+TEST_CASE("nccl transport: the runner over NCCL is the runner of threads and MPI, and a payload without the right device form is "
+          "refused when its channel is made",
+          "[nccl][transport]")
+{
+    using pipe_t = tpipe::uniform_pipeline<std::reference_wrapper<affine>>;
+    static_assert(std::same_as<decltype(tpipe::runner(std::declval<pipe_t&>(), std::declval<const tpipe::program&>(),
+                                                      std::declval<tpipe::cpu_engine&>(), std::declval<tpipe::nccl::fake::transport&>())),
+                               tpipe::runner<pipe_t, tpipe::cpu_engine>>);
+    static_assert(std::same_as<decltype(tpipe::runner(std::declval<pipe_t&>(), std::declval<const tpipe::program&>(),
+                                                      std::declval<tpipe::cpu_engine&>())),
+                               tpipe::runner<pipe_t, tpipe::cpu_engine>>);
+
+    pair_of_processes p;
+    auto errors = on_threads(2, [&](int me) {  // making the transport is collective
+        tpipe::nccl::fake::control ctl(p.layout, me, p.board);
+        tpipe::nccl::fake::transport x(tpipe::nccl::fake::api{&p.w}, p.comms[me], ctl, p.pool);
+        if (me != 0) return;
+        const tpipe::endpoint e{0, true, 0, 1, true, 2};
+        // A host byte form only: NCCL moves device memory.
+        CHECK_THROWS_WITH(x.connect<std::vector<float>>(e),
+                          Catch::Contains("linked_channel (NCCL, process 1): this link moves bodies in device memory, and the payload "
+                                          "type has no device form; specialise tpipe::device_payload_traits<T>"));
+        // A device form made from another pool than the transport's.
+        CHECK_THROWS_WITH(x.connect<foreign_payload>(e), Catch::Contains("make it from a pool of type") &&
+                                                             Catch::Contains("but the transport was given a pool of type"));
+        CHECK_NOTHROW(x.connect<dvec>(e));  // the right one
+    });
+    CHECK(no_errors(errors));
+}

@@ -1,6 +1,6 @@
 #pragma once
 // tpipe::cuda::basic_peer_channel<T, Copier, Pool>: a tpipe::channel between two stages of one
-// process whose ranks run on GPUs, for payloads with a device form (tpipe/cuda/peer_payload.hpp).
+// process whose ranks run on GPUs, for payloads with a device form (tpipe/transport/device_payload_traits.hpp).
 // Made by tpipe::cuda::basic_peer_transport (tpipe/cuda/basic_peer_transport.hpp) for the boundaries
 // whose two ranks run in this process.
 //
@@ -31,7 +31,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/cuda_error.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
-#include "tpipe/cuda/peer_payload.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 #include "tpipe/transport/channel.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/async/loop.hpp"
@@ -80,7 +80,7 @@ public:
     void send(int tag, T&& v)
     {
         static_assert(device_payload<T, Pool>, "tpipe::cuda::peer_channel: this stage payload type has no device form; "
-                                               "specialise tpipe::cuda::device_payload_traits<T> (tpipe/cuda/peer_payload.hpp)");
+                                               "specialise tpipe::device_payload_traits<T> (tpipe/transport/device_payload_traits.hpp)");
         using traits = device_payload_traits<T>;
         std::lock_guard<std::mutex> g(m_);
         slot& s = at(tag);

@@ -79,8 +79,8 @@ namespace tpipe {
 
 //! Runs iterations of one pipeline with one program on one engine over one transport; reusable
 //! across iterations (storage and channels are kept, so a steady state allocates only the
-//! per-rank coroutines). Over threads and over processes (every tpipe::link_transport: MPI, UCX)
-//! it is one type, runner<Pipe, E> (tpipe/transport/link_transport.hpp).
+//! per-rank coroutines). Over threads and over processes (every tpipe::link_transport: MPI, UCX,
+//! NCCL) it is one type, runner<Pipe, E> (tpipe/transport/link_transport.hpp).
 template <pipeline_graph Pipe, engine E, transport X = link_transport>
 class runner {
     // An engine that declares an optional capability must have its members (a sentence names them).
@@ -485,7 +485,7 @@ private:
     detail::completion completion_;
 };
 
-//! Every tpipe::link_transport model (tpipe::mpi::transport) runs the one runner type
+//! Every tpipe::link_transport model (tpipe::mpi::transport, tpipe::nccl::transport) runs the one runner type
 //! runner<Pipe, E> (= runner<Pipe, E, link_transport>).
 template <pipeline_graph Pipe, engine E, transport X>
     requires std::derived_from<X, link_transport>

@@ -152,7 +152,7 @@ private:
             if (!flag) return false;
             detail::end_outstanding();
             expect(st, s.head.size(), tag, "header");
-            const std::span<std::byte> body = events.place(tag);
+            const std::span<std::byte> body = events.place(tag, s.head);
             if (body.empty()) {
                 events.arrived(tag);
                 return true;

@@ -1,6 +1,7 @@
 #pragma once
-// tpipe::nccl::basic_transport<Api, Control, Pool>: a tpipe::transport whose boundaries between
-// processes move device payloads over NCCL (tpipe/nccl/basic_channel.hpp). tpipe::nccl::transport
+// tpipe::nccl::basic_transport<Api, Control, Pool>: a tpipe::link_transport whose boundaries
+// between processes move device payloads over NCCL links (tpipe/nccl/link.hpp), so its runner is
+// the runner of threads and MPI, tpipe::runner<Pipe, E>. tpipe::nccl::transport
 // (tpipe/nccl/transport.hpp) is it over the real NCCL with tpipe::mpi::transport as the control.
 //
 //   tpipe::mpi::environment env(argc, argv);
@@ -8,7 +9,7 @@
 //   tpipe::mpi::transport control(l, 0);                        // placement, agree/fail/failure
 //   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, make_id);
 //   tpipe::nccl::transport x(control, pool, id);                 // collective: NCCL init
-//   tpipe::runner r(pipe, prog, engine, x);
+//   tpipe::runner r(pipe, prog, engine, x);                      // tpipe::runner<Pipe, E>
 //
 // The control plane is composed, not copied: which ranks run here, where(), agree(), fail(),
 // stalled() and failure() are Control's (MPI's), since NCCL has no way to send a failure notice
@@ -30,13 +31,13 @@
 #include <utility>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/transport/transport.hpp"
+#include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/nccl/basic_channel.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
+#include "tpipe/nccl/link.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
-#include "tpipe/cuda/payload_pool.hpp"
+#include "tpipe/transport/link_transport.hpp"
 
 namespace tpipe::nccl {
 
@@ -54,14 +55,11 @@ concept transport_control = requires(C& c, const C& cc, int rank, const std::str
     { c.failure() } -> std::same_as<std::optional<std::string>>;
 };
 
+//! Carries payloads with a device form whose traits name `Pool` (tpipe::device_payload_traits);
+//! a channel of another type is refused when the runner makes it, naming what to specialise.
 template <api Api, transport_control Control, cuda::payload_pool Pool>
-class basic_transport {
+class basic_transport final : public link_transport {
 public:
-    //! Carries payloads with a device form (tpipe::cuda::device_payload_traits); the runner
-    //! refuses a boundary between processes of any other type.
-    template <class T>
-        requires cuda::device_payload<T, Pool>
-    using channel_type = basic_channel<T, Api, Pool>;
     using comm_t = typename Api::comm_t;
 
     //! Takes ownership of `world`, an NCCL communicator whose rank i is process i of `control`'s
@@ -95,7 +93,7 @@ public:
     }
     basic_transport(const basic_transport&) = delete;
     basic_transport& operator=(const basic_transport&) = delete;
-    ~basic_transport()
+    ~basic_transport() override
     {
         std::lock_guard<std::mutex> g(core_.m);
         bool busy = core_.poisoned;
@@ -111,31 +109,26 @@ public:
         core_.api.stream_destroy(core_.down.stream);
     }
 
-    bool runs(int rank) const { return control_.runs(rank); }
-    std::string where(int rank) const { return control_.where(rank); }
+    bool runs(int rank) const override { return control_.runs(rank); }
+    std::string where(int rank) const override { return control_.where(rank); }
     const tpipe::layout& layout() const { return control_.layout(); }
 
-    template <class T>
-        requires cuda::device_payload<T, Pool>
-    std::unique_ptr<channel_type<T>> connect(const endpoint& e)
-    {
-        const tpipe::layout& l = control_.layout();
-        const int peer = l.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank, control_.tensor_rank());
-        const int key = 2 * e.boundary + (e.forward ? 0 : 1);
-        return std::make_unique<channel_type<T>>(core_, pool_, peer, key, e.sending, e.tags);
-    }
-
-    void agree(const std::string& text) { control_.agree(text); }
-    void fail(const std::string& message) { control_.fail(message); }
+    void agree(const std::string& text) override { control_.agree(text); }
+    void fail(const std::string& message) override { control_.fail(message); }
     //! The runner's watchdog fired: the control plane hears it (tpipe::mpi::transport reports it
     //! and has the environment end the job, since another process may be stopped).
-    void stalled(const std::string& report)
+    void stalled(const std::string& report) noexcept override
     {
-        if constexpr (requires { control_.stalled(report); }) control_.stalled(report);
+        if constexpr (requires { control_.stalled(report); }) {
+            try {
+                control_.stalled(report);
+            } catch (...) {  // a report that cannot be written must not end the one that fired
+            }
+        }
     }
 
     //! A failure notice from another process, or an asynchronous NCCL error here.
-    std::optional<std::string> failure()
+    std::optional<std::string> failure() override
     {
         if (auto f = control_.failure()) return f;
         std::unique_lock<std::mutex> g(core_.m, std::try_to_lock);
@@ -152,6 +145,16 @@ public:
     //! Launches issued on the transport's communicators (for tests): the up and down comms.
     comm_t up_comm() const noexcept { return core_.up.comm; }
     comm_t down_comm() const noexcept { return core_.down.comm; }
+
+protected:
+    std::unique_ptr<tpipe::link> open(const endpoint& e) override
+    {
+        const tpipe::layout& l = control_.layout();
+        const int peer = l.process_of(control_.replica(), e.sending ? e.to_rank : e.from_rank, control_.tensor_rank());
+        const int key = 2 * e.boundary + (e.forward ? 0 : 1);
+        std::lock_guard<std::mutex> g(core_.m);
+        return std::make_unique<basic_link<Api>>(core_, device_pool_ref(pool_), peer, key, e.sending);
+    }
 
 private:
     static comm_t init(Api& api, const unique_id& id, Control& control)

@@ -1,5 +1,5 @@
 #pragma once
-// tpipe::nccl::transport<Pool>: tpipe::transport over NCCL between processes, with
+// tpipe::nccl::transport<Pool>: the tpipe::link_transport over NCCL between processes, with
 // tpipe::mpi::transport as its control plane (basic_transport's semantics:
 // tpipe/nccl/basic_transport.hpp). Needs tpipe::mpi (TPIPE_ENABLE_MPI) as well as tpipe::nccl.
 //

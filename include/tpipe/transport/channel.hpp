@@ -1,10 +1,10 @@
 #pragma once
 // The channel concept: how a payload travels from one stage to the next (activations forward,
 // gradients backward). Models: tpipe::local_channel (same process, moves the payload),
-// tpipe::linked_channel (another process, host bytes through tpipe::payload_traits over a byte
-// link of any engine: MPI, UCX; tpipe/transport/link.hpp), and for GPU payloads
-// nccl::basic_channel and cuda::basic_peer_channel (device bytes through
-// cuda::device_payload_traits). Which one a boundary gets is the transport's choice
+// tpipe::linked_channel (another process, over a byte link of any engine: MPI and UCX move host
+// bytes through tpipe::payload_traits, NCCL device bytes through tpipe::device_payload_traits;
+// tpipe/transport/link.hpp), and cuda::basic_peer_channel (device copies between the GPUs of one
+// process). Which one a boundary gets is the transport's choice
 // (tpipe/transport/transport.hpp); the runner sees only this concept.
 //
 // Semantics

@@ -8,33 +8,50 @@
 // engine by default, tpipe::ucx::engine for UCX), so a new engine is one file: a link and its
 // engine.
 //
-// The contract. The channel calls a link under its own lock, so one call at a time per link;
-// links of one engine may be called from several threads at once (one per pipeline rank).
+// The contract. The channel calls a link under its lock (its own, or the one its link shares:
+// shared_lock()), so one call at a time per link; links of one engine may be called from several
+// threads at once (one per pipeline rank).
 // - send(tag, header, body): eager, never waits for the receiver. Both spans stay valid and
 //   unchanged until poll reports sent(tag). An empty body may travel as no message at all.
-// - post(tag, header): starts receiving tag's header into `header` (its size is the header's).
+// - post(tag, header): the receiver expects tag (its header has header.size() bytes); a link may
+//   receive the header into `header` from now on.
 // - poll(events, waiting): advances what is outstanding, and reports, in any order:
-//   - events.place(tag) once tag's header is in: it returns where the body goes, and the link
-//     then receives the body there (a body of any other size is an error naming both sizes);
+//   - events.place(tag, header) once tag's header is in (`header`: its bytes, in the posted
+//     span or the link's own): it returns where the body goes, and the link then receives the
+//     body there (a body of any other size is an error naming both sizes);
 //   - events.arrived(tag) once the body is in place (at once for an empty body);
 //   - events.sent(tag) once a send's spans may go.
-//   `waiting` says a loop is waiting on this poll (not a background thread driving the link).
+//   `waiting` says a loop waits on this poll for something that has not happened yet (not a
+//   background thread driving the link, not a wait that is already over).
 //   Errors are thrown (tpipe::error), and the channel's waits rethrow them.
 // - reset(tags): a new iteration with tags [0, tags): whatever the last one left outstanding
 //   (a failed iteration's receives) is cancelled and forgotten.
 // - drive(progress): a link whose engine advances messages in the background (MPI's progress
 //   thread) calls progress->advance() from there while the loops compute, so that a large body
 //   moves during the receiver's compute; nullptr stops it (before the channel goes).
-// - reclaim(): called before a body is placed, so that other links' finished sends can give
-//   their payloads back to the payload pool first (tpipe/transport/payload_pool.hpp).
+// - reclaim(): called before a host body is placed, so that other links' finished sends can
+//   give their payloads back to the payload pool first (tpipe/transport/payload_pool.hpp).
 // - peer(): the other end, for error messages ("process 3").
+//
+// Links that share one order of messages (NCCL: one receive order per pair of processes,
+// whichever channel a message is for) report events for each other: polling one may place
+// another's payload. They say so by shared_lock(), the mutex every channel over them locks
+// (so a poll of one may touch the others), and they learn each channel's events from
+// attach(events) when it is made (attach(nullptr) before it goes). A link is destroyed under its
+// channel's lock.
+//
+// Where bodies live: host memory (tpipe::payload_traits<T>) unless device_pool() gives the pool
+// that receivers make device payloads from (tpipe::device_payload_traits<T>; NCCL).
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "tpipe/core/error.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 #include "tpipe/transport/transport.hpp"
 
 namespace tpipe {
@@ -42,7 +59,7 @@ namespace tpipe {
 //! What a link reports from poll (see the contract above); implemented by tpipe::linked_channel.
 class link_events {
 public:
-    virtual std::span<std::byte> place(int tag) = 0;
+    virtual std::span<std::byte> place(int tag, std::span<const std::byte> header) = 0;
     virtual void arrived(int tag) = 0;
     virtual void sent(int tag) noexcept = 0;
 
@@ -71,6 +88,12 @@ public:
     virtual void drive(link_progress*) {}
     virtual void reclaim() noexcept {}
     virtual std::string peer() const = 0;
+
+    //! Links that report events for each other (see above) share this mutex; nullptr: none.
+    virtual std::mutex* shared_lock() noexcept { return nullptr; }
+    virtual void attach(link_events*) {}
+    //! Bodies in device memory, made from this pool; nullopt: host memory.
+    virtual std::optional<device_pool_ref> device_pool() const { return std::nullopt; }
 };
 
 //! Opens the links of one process's boundaries. `peer` is the other end's process number in the

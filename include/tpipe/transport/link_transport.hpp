@@ -3,14 +3,17 @@
 // control plane is virtual (runs, where, agree, fail, failure, stalled), and a boundary that
 // crosses processes gets a tpipe::linked_channel<T> over the byte link that open(endpoint) gives
 // (tpipe/transport/link.hpp). Models: tpipe::all_here (every rank in this process: it opens no
-// link), tpipe::mpi::transport (links of any engine: MPI's, UCX's). So
+// link), tpipe::mpi::transport (links of any engine: MPI's, UCX's), tpipe::nccl::transport
+// (device payloads over NCCL). So
 //
 //   tpipe::runner r(pipe, prog, engine);                   // threads
 //   tpipe::runner r(pipe, prog, engine, job.transport());  // MPI processes, payloads over MPI or UCX
+//   tpipe::runner r(pipe, prog, engine, nccl_transport);   // one GPU per process, over NCCL
 //
 // are the same type, tpipe::runner<Pipe, E> (a deduction guide maps every model to
-// link_transport), and a trainer holds one runner type whatever it runs over. Transports of
-// device payloads (NCCL, CUDA peer copies) and composed ones are still runner types of their own.
+// link_transport), and a trainer holds one runner type whatever it runs over. The CUDA peer
+// copies inside a process (tpipe::cuda::peer_transport) and composed transports are still runner
+// types of their own.
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,9 +28,11 @@ namespace tpipe {
 
 class link_transport {
 public:
-    //! Carries payloads with a byte form (tpipe::payload_traits); the runner refuses a boundary
-    //! between processes of any other type.
-    template <byte_payload T>
+    //! Carries payloads with a byte form (tpipe::payload_traits) or a device form that names its
+    //! pool (tpipe::device_payload_traits); the runner refuses a boundary between processes of
+    //! any other type, and a channel refuses a link of the memory its type has no form for.
+    template <class T>
+        requires byte_payload<T> || pooled_device_payload<T>
     using channel_type = linked_channel<T>;
 
     virtual ~link_transport() = default;
@@ -46,7 +51,8 @@ public:
     virtual void stalled(const std::string& report) noexcept { (void)report; }
 
     //! The channel of one direction of a boundary whose other end runs in another process.
-    template <byte_payload T>
+    template <class T>
+        requires byte_payload<T> || pooled_device_payload<T>
     std::unique_ptr<linked_channel<T>> connect(const endpoint& e)
     {
         return std::make_unique<linked_channel<T>>(open(e), e.sending, e.tags);

@@ -15,7 +15,7 @@
 //   may give its inputs back itself: tpipe::recycle(std::move(x)).
 // - One pool per T per process (global()); tests and benchmarks read hits() and misses().
 //
-// Device memory: the same shape serves a GPU. tpipe::cuda::device_payload_traits<T>::make(h,
+// Device memory: the same shape serves a GPU. tpipe::device_payload_traits<T>::make(h,
 // pool) already receives into a tpipe::cuda::memory_pool, which caches device blocks by size
 // class with stream-ordered reuse. A payload_pool<T> of device payloads would sit in front of
 // it: give() on the send's completion event (not before: the copy may still read the body),

@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::payload_traits<T>: how a payload in host memory becomes bytes and back, for the
 // transports that leave the process through the host (MPI). Payloads in GPU memory, which NCCL and
-// CUDA peer copies move, have their own trait (cuda::device_payload_traits) sharing the header
+// CUDA peer copies move, have their own trait (tpipe::device_payload_traits) sharing the header
 // part below. A local channel moves the object and needs no trait. A payload travels as two parts:
 //
 //   header  a small trivially copyable value describing the shape (element count, rows x tokens,
@@ -42,7 +42,7 @@ template <class T>
 struct payload_traits;
 
 //! What every payload trait says first, whichever memory its body lives in (this one: host;
-//! tpipe::cuda::device_payload_traits: device): a trivially copyable header, and the header of an
+//! tpipe::device_payload_traits: device): a trivially copyable header, and the header of an
 //! object. The traits stay two, named for their memory, so that a device payload never reaches a
 //! host transport by a tag left out.
 template <class Traits, class T>

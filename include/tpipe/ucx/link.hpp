@@ -288,7 +288,7 @@ inline void link::poll(link_events& events, bool)
         bool done = false;
         if (!s.body_posted && received(s.req, s.head.size(), tag, "header")) {
             g.unlock();  // place() may reclaim, and make the object: no UCP call
-            const std::span<std::byte> body = events.place(tag);
+            const std::span<std::byte> body = events.place(tag, s.head);
             g.lock();
             s.body_bytes = body.size();
             s.body_posted = true;

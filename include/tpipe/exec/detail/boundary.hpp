@@ -206,7 +206,7 @@ private:
         throw invalid_argument("runner: the output of stage " + std::to_string(index) + " (" + portable_type_name<T>() +
                                ") crosses a boundary " + where + ", but the transport has no channel for that type; give "
                                "the type the form the transport sends (tpipe::payload_traits for MPI, "
-                               "tpipe::cuda::device_payload_traits for NCCL and GPU peer copies)");
+                               "tpipe::device_payload_traits for NCCL and GPU peer copies)");
     }
 };
 

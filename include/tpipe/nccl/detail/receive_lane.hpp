@@ -15,11 +15,11 @@
 // schedules: a rank holds several stages) need no agreement on how their sends interleave.
 //
 // It posts an envelope's receive only while a receiver waits for a message that has not arrived
-// (wanted()), never ahead: an NCCL
-// receive blocks every later launch of its communicator until the message arrives, so a receive
-// posted early could hold back this process's own sends that the peer needs first (a deadlock).
-// The body's receive is posted as soon as its envelope is in: its sender posted both together.
-#include <atomic>
+// (progress(true): one envelope per call), never ahead: an NCCL receive blocks every later launch
+// of its communicator until the message arrives, so a receive posted early could hold back this
+// process's own sends that the peer needs first (a deadlock). The body's receive is posted as
+// soon as its envelope is in: its sender posted both together. Its sinks are the receiving links
+// (tpipe/nccl/link.hpp), one per channel, found by the envelope's key.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,7 +31,7 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/nccl/api.hpp"
-#include "tpipe/cuda/peer_payload.hpp"
+#include "tpipe/transport/device_payload_traits.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
 
 namespace tpipe::nccl::detail {
@@ -43,12 +43,12 @@ struct envelope {
     std::int32_t tag = 0;
     std::uint32_t header_bytes = 0;
     std::uint64_t body_bytes = 0;
-    std::byte header[cuda::max_device_header_bytes]{};
+    std::byte header[tpipe::max_device_header_bytes]{};
 };
 inline constexpr std::size_t envelope_bytes = sizeof(envelope);
 static_assert(envelope_bytes == 64 && std::is_trivially_copyable_v<envelope>);
 
-//! Where the messages of a lane go: the receiving channels.
+//! Where the messages of a lane go: the receiving links.
 class lane_sink {
 public:
     //! The envelope of `tag` arrived: make the payload, return where its body goes (size
@@ -85,38 +85,21 @@ public:
     void attach(int key, lane_sink* s) { sinks_[key] = s; }
     void detach(int key) noexcept { sinks_.erase(key); }
 
-    //! A receiver starts / stops waiting for one of this lane's messages: until *state reads
-    //! `arrived_value`, the lane keeps posting receives.
-    void wait_begin(const std::atomic<int>* state, int arrived_value) { waits_.push_back({state, arrived_value}); }
-    void wait_end(const std::atomic<int>* state) noexcept
-    {
-        for (std::size_t i = 0; i < waits_.size(); ++i)
-            if (waits_[i].state == state) {
-                waits_[i] = waits_.back();
-                waits_.pop_back();
-                return;
-            }
-    }
-    //! Whether a receiver waits for a message that has not arrived yet.
-    bool wanted() const noexcept
-    {
-        for (const wait& w : waits_)
-            if (w.state->load(std::memory_order_acquire) != w.arrived_value) return true;
-        return false;
-    }
-
     //! Whether an NCCL receive of this lane is posted and not complete.
     bool busy() const noexcept { return state_ != idle; }
     int peer() const noexcept { return peer_; }
 
-    //! Moves the lane on as far as it can without waiting (under the transport's lock).
-    //! Throws nccl_error / tpipe::error when NCCL or the stream fails or a message does not fit.
-    void progress()
+    //! Moves the lane on as far as it can without waiting (under the transport's lock); posts one
+    //! envelope's receive when the lane is idle and a receiver waits (`wanted`) for a message that
+    //! has not arrived, unless a message arrived in this call (it may be the one awaited). Throws nccl_error / tpipe::error when NCCL or the stream fails or a
+    //! message does not fit.
+    void progress(bool wanted)
     {
         for (;;) {
             switch (state_) {
             case idle:
-                if (!wanted()) return;
+                if (!wanted) return;
+                wanted = false;  // the receiver tells again, on its next poll, if it still waits
                 post_envelope();
                 break;
             case envelope_posted: {
@@ -141,6 +124,7 @@ public:
                 current_ = {it->second, e.tag};
                 if (body.empty()) {
                     state_ = idle;
+                    wanted = false;
                     current_.first->arrived(current_.second);
                     break;
                 }
@@ -152,6 +136,7 @@ public:
             case body_posted:
                 if (!complete()) return;
                 state_ = idle;
+                wanted = false;
                 current_.first->arrived(current_.second);
                 break;
             }
@@ -200,11 +185,6 @@ private:
     void* host_;
     state_t state_ = idle;
     marker_t marker_{};
-    struct wait {
-        const std::atomic<int>* state;
-        int arrived_value;
-    };
-    std::vector<wait> waits_;
     std::pair<lane_sink*, int> current_{nullptr, 0};
     std::unordered_map<int, lane_sink*> sinks_;
 };

@@ -1,6 +1,6 @@
 #pragma once
 // How a CUDA GPT activation crosses a boundary between GPUs (peer copies inside a process, NCCL
-// between processes): tpipe::cuda::device_payload_traits (tpipe/cuda/peer_payload.hpp). Header:
+// between processes): tpipe::device_payload_traits (tpipe/transport/device_payload_traits.hpp). Header:
 // rows, tokens and bytes; body: the activation's device buffer, sent and received in place.
 // The receiving side allocates from an activation_pool (its memory pool, GPU and stream), so a
 // steady state makes no driver allocation. The last stage's output is empty: no body.
@@ -26,14 +26,15 @@ struct activation_pool {
 
 } // namespace gpt::cuda
 
-#if __has_include(<tpipe/cuda/peer_payload.hpp>)
-#include <tpipe/cuda/peer_payload.hpp>
+#if __has_include(<tpipe/transport/device_payload_traits.hpp>)
+#include <tpipe/transport/device_payload_traits.hpp>
 
 template <>
-struct tpipe::cuda::device_payload_traits<gpt::cuda::activation> {
+struct tpipe::device_payload_traits<gpt::cuda::activation> {
     struct header {
         std::int64_t rows, tokens, bytes;
     };
+    using pool = gpt::cuda::activation_pool;
     static header header_of(const gpt::cuda::activation& a)
     {
         return {a.rows, a.tokens, a.data ? static_cast<std::int64_t>(a.data.bytes()) : 0};
@@ -55,5 +56,5 @@ struct tpipe::cuda::device_payload_traits<gpt::cuda::activation> {
         return {static_cast<std::byte*>(a.data.data()), a.data.bytes()};
     }
 };
-static_assert(tpipe::cuda::device_payload<gpt::cuda::activation, gpt::cuda::activation_pool>);
+static_assert(tpipe::device_payload<gpt::cuda::activation, gpt::cuda::activation_pool>);
 #endif
