@@ -154,17 +154,6 @@ saved_position read_position(const tpipe::state::manifest& m, bool elastic, cons
     return p;
 }
 
-//! The unit times an elastic checkpoint holds only where they were measured, by their JSON names.
-template <class U>
-auto optional_times(U& u)
-{
-    using times = std::conditional_t<std::is_const_v<U>, const std::vector<double>*, std::vector<double>*>;
-    return std::array<std::pair<const char*, times>, 4>{{{"update", &u.update},
-                                                         {"reduce", &u.reduce},
-                                                         {"forward_fixed", &u.forward_fixed},
-                                                         {"backward_fixed", &u.backward_fixed}}};
-}
-
 } // namespace
 
 value model_json(const config& c)
@@ -315,7 +304,7 @@ void elastic_checkpointer::save(std::int64_t done, const tpipe::elastic::replan_
                    {"steps_drawn", done}};
     object seconds{{"forward", tpipe::json::array(measured_.forward.begin(), measured_.forward.end())},
                    {"backward", tpipe::json::array(measured_.backward.begin(), measured_.backward.end())}};
-    for (const auto& [name, times] : optional_times(measured_))
+    for (const auto& [name, times] : tpipe::elastic::optional_times(measured_))
         if (!times->empty()) seconds.emplace(name, tpipe::json::array(times->begin(), times->end()));
     m.elastic = object{{"frozen_layers", plan.frozen},
                        {"plan", plan.to_json()},
@@ -344,7 +333,7 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
             u.forward.push_back(tpipe::checked_finite("elastic.unit_seconds.forward", x.as_number("forward seconds"), 0));
         for (const auto& x : t.at("backward").as_array("backward"))
             u.backward.push_back(tpipe::checked_finite("elastic.unit_seconds.backward", x.as_number("backward seconds"), 0));
-        for (const auto& [name, times] : optional_times(u))
+        for (const auto& [name, times] : tpipe::elastic::optional_times(u))
             if (t.contains(name))
                 for (const auto& x : t.at(name).as_array(name))
                     times->push_back(tpipe::checked_finite("elastic.unit_seconds." + std::string(name), x.as_number(name), 0));
@@ -354,7 +343,7 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
     const auto n = static_cast<std::size_t>(units);
     bool sized = u.forward.size() == n && u.backward.size() == n &&
                  u.forward_fixed.empty() == u.backward_fixed.empty();  // fixed parts: both or neither
-    for (const auto& [name, times] : optional_times(u)) sized = sized && (times->empty() || times->size() == n);
+    for (const auto& [name, times] : tpipe::elastic::optional_times(u)) sized = sized && (times->empty() || times->size() == n);
     if (!sized)
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
                                       " units, this model has " + std::to_string(units));

@@ -8,11 +8,15 @@
 //   of D replicas its batch / D share (epoch_sampler). The paper keeps the per-pipeline batch
 //   and so grows the global batch with D, which changes the optimisation.
 // - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
+#include <array>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tpipe/elastic/cache.hpp"
@@ -37,6 +41,18 @@ struct unit_seconds {
     std::vector<double> reduce{};
     std::vector<double> forward_fixed{}, backward_fixed{};
 };
+
+//! The unit times a model may leave unmeasured (empty), each with the name files and checkpoints
+//! give it, in the order processes send them: what sharing (tpipe::mpi::share_plan_inputs),
+//! plan inputs files and checkpoints carry besides forward and backward.
+template <class U>
+    requires std::same_as<std::remove_const_t<U>, unit_seconds>
+auto optional_times(U& u)
+{
+    using times = std::conditional_t<std::is_const_v<U>, const std::vector<double>*, std::vector<double>*>;
+    return std::array<std::pair<const char*, times>, 4>{
+        {{"update", &u.update}, {"reduce", &u.reduce}, {"forward_fixed", &u.forward_fixed}, {"backward_fixed", &u.backward_fixed}}};
+}
 
 //! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's
 //! share of the batch into rows x token slices for the new pipeline's depth, on the latency of

@@ -50,12 +50,8 @@ inline json::value plan_inputs_json(const driver_options& o)
     }
     json::object seconds{{"forward", json::array(o.measured.forward.begin(), o.measured.forward.end())},
                          {"backward", json::array(o.measured.backward.begin(), o.measured.backward.end())}};
-    if (!o.measured.update.empty()) seconds.emplace("update", json::array(o.measured.update.begin(), o.measured.update.end()));
-    if (!o.measured.reduce.empty()) seconds.emplace("reduce", json::array(o.measured.reduce.begin(), o.measured.reduce.end()));
-    if (!o.measured.forward_fixed.empty()) {
-        seconds.emplace("forward_fixed", json::array(o.measured.forward_fixed.begin(), o.measured.forward_fixed.end()));
-        seconds.emplace("backward_fixed", json::array(o.measured.backward_fixed.begin(), o.measured.backward_fixed.end()));
-    }
+    for (const auto& [name, times] : optional_times(o.measured))
+        if (!times->empty()) seconds.emplace(name, json::array(times->begin(), times->end()));
     return json::object{{"format", plan_inputs_format},
                         {"version", plan_inputs_version},
                         {"units", o.measured.forward.size()},
@@ -106,14 +102,10 @@ inline void replay_plan_inputs(const json::value& doc, driver_options& o, std::s
         const auto& u = doc.at("unit_seconds");
         got.measured.forward = seconds(u.at("forward"), "unit_seconds.forward");
         got.measured.backward = seconds(u.at("backward"), "unit_seconds.backward");
-        if (u.contains("update")) got.measured.update = seconds(u.at("update"), "unit_seconds.update");
-        if (u.contains("reduce")) got.measured.reduce = seconds(u.at("reduce"), "unit_seconds.reduce");
         if (u.contains("forward_fixed") != u.contains("backward_fixed"))
             refuse("unit_seconds holds one of forward_fixed and backward_fixed; give both or neither");
-        if (u.contains("forward_fixed")) {
-            got.measured.forward_fixed = seconds(u.at("forward_fixed"), "unit_seconds.forward_fixed");
-            got.measured.backward_fixed = seconds(u.at("backward_fixed"), "unit_seconds.backward_fixed");
-        }
+        for (const auto& [name, times] : optional_times(got.measured))
+            if (u.contains(name)) *times = seconds(u.at(name), std::string("unit_seconds.") + name);
         const json::value& ts = doc.contains("token_slicing") ? doc.at("token_slicing") : json::value();
         if (ts.is_null() != (granularity == 0)) {
             if (granularity == 0)

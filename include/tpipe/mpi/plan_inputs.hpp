@@ -22,13 +22,6 @@ namespace tpipe::mpi {
 
 namespace detail {
 inline task<void> broadcast_bytes(communicator& c, std::span<std::byte> b) { co_await c.broadcast(b, 0); }
-
-//! The unit times a model may leave unmeasured (empty), in the order they travel.
-template <class U>
-auto optional_times(U& u)
-{
-    return std::array{&u.update, &u.reduce, &u.forward_fixed, &u.backward_fixed};
-}
 } // namespace detail
 
 //! Process 0's o.measured (forward and backward seconds of `units` units, and the optional fixed
@@ -46,7 +39,7 @@ inline void share_plan_inputs(communicator& c, elastic::driver_options& o, std::
                                    std::to_string(units) + " units; measure every unit on process 0");
         flat = o.measured.forward;
         flat.insert(flat.end(), o.measured.backward.begin(), o.measured.backward.end());
-        for (const auto* v : detail::optional_times(o.measured)) {  // each as its size, then its values
+        for (const auto& [name, v] : elastic::optional_times(o.measured)) {  // each as its size, then its values
             flat.push_back(static_cast<double>(v->size()));
             flat.insert(flat.end(), v->begin(), v->end());
         }
@@ -72,7 +65,7 @@ inline void share_plan_inputs(communicator& c, elastic::driver_options& o, std::
     o.measured.backward.assign(flat.begin() + static_cast<std::ptrdiff_t>(units),
                                flat.begin() + static_cast<std::ptrdiff_t>(2 * units));
     std::size_t i = 2 * units;
-    for (auto* v : detail::optional_times(o.measured)) {
+    for (const auto& [name, v] : elastic::optional_times(o.measured)) {
         const auto size = static_cast<std::size_t>(at(i++));
         v->assign(flat.begin() + static_cast<std::ptrdiff_t>(i), flat.begin() + static_cast<std::ptrdiff_t>(i + size));
         i += size;
