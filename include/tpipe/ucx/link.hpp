@@ -15,9 +15,11 @@
 // message is two UCP tagged messages, header then body, received in place; the 64-bit UCP tag
 // is (sender's process: 16 bits, boundary and direction: 16, 2 * tag + part: 32), matched in
 // full, so one engine serves one pipeline (give each transport its own). Calls to UCP are
-// serialised by the engine's mutex (links of several pipeline ranks may poll at once), and UCP
-// progresses while a loop polls its link (there is no background thread: a body moves while
-// its receiver waits, not while it computes). Errors name the UCX status and the peer.
+// serialised by the engine's mutex (links of several pipeline ranks may poll at once). UCP
+// progresses while a loop polls its link, and while the loops compute, MPI's progress thread
+// (tpipe::mpi::progress_thread, on by default in tpipe::mpi::environment) advances the channels
+// through the hooks their links register (drive), as it does for MPI's links: a body moves
+// while its receiver computes. Errors name the UCX status and the peer.
 #include <mpi.h>
 #include <ucp/api/ucp.h>
 
@@ -34,6 +36,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/progress.hpp"
 #include "tpipe/transport/link.hpp"
 
 namespace tpipe::ucx {
@@ -48,10 +51,14 @@ inline void check(ucs_status_t s, const char* what)
 class link_engine;
 
 //! One direction of one boundary over UCP tagged messages (made by link_engine::open).
-class link final : public tpipe::link {
+class link final : public tpipe::link, private mpi::detail::progress_hook {
 public:
     link(link_engine& engine, ucp_ep_h ep, int peer, std::uint64_t stream, int tags);
-    ~link() override { abandon(); }
+    ~link() override
+    {
+        drive(nullptr);
+        abandon();
+    }
 
     void send(int tag, std::span<const std::byte> header, std::span<const std::byte> body) override;
     void post(int tag, std::span<std::byte> header) override;
@@ -64,7 +71,21 @@ public:
     }
     std::string peer() const override { return "UCX, process " + std::to_string(peer_); }
 
+    //! MPI's progress thread advances the channel while the loops compute (a pending receive or
+    //! send counts in mpi::detail::outstanding(), which wakes it).
+    void drive(link_progress* p) override
+    {
+        if (p == driven_) return;
+        if (driven_) mpi::detail::remove_progress_hook(this);
+        driven_ = p;
+        if (driven_) mpi::detail::add_progress_hook(this);
+    }
+    //! Other links' finished sends give their payloads back to the pool first (as MPI's link).
+    void reclaim() noexcept override { mpi::detail::run_progress_hooks(this); }
+
 private:
+    void progress() noexcept override { driven_->advance(); }
+
     struct recv_slot {
         std::span<std::byte> head;
         std::size_t body_bytes = 0;
@@ -91,7 +112,8 @@ private:
     std::uint64_t stream_;
     std::vector<recv_slot> recvs_;
     std::vector<send_slot> sends_;
-    std::vector<int> pending_recvs_, pending_sends_;
+    std::vector<int> pending_recvs_, pending_sends_;  //!< each counts in mpi::detail::outstanding()
+    link_progress* driven_ = nullptr;
 };
 
 //! The UCP context and worker of this process, and its endpoints to the other processes of
@@ -230,6 +252,7 @@ inline void link::send(int tag, std::span<const std::byte> header, std::span<con
     s.head = isend(header, 0);
     if (!body.empty()) s.body = isend(body, 1);
     pending_sends_.push_back(tag);
+    mpi::detail::begin_outstanding();
 }
 
 inline void* link::receive(std::span<std::byte> into, int tag, int part)
@@ -249,6 +272,7 @@ inline void link::post(int tag, std::span<std::byte> header)
     s = recv_slot{.head = header};
     s.req = receive(header, tag, 0);
     pending_recvs_.push_back(tag);
+    mpi::detail::begin_outstanding();
 }
 
 //! True once `req` completed with `bytes` bytes (and frees it); throws on an error or another size.
@@ -277,8 +301,9 @@ inline bool link::sent(void*& req)
     return true;
 }
 
-inline void link::poll(link_events& events, bool)
+inline void link::poll(link_events& events, bool waiting)
 {
+    if (waiting) mpi::detail::note_tested();  // a loop drives progress: MPI's progress thread may rest
     std::unique_lock<std::mutex> g(engine_.m_);
     while (ucp_worker_progress(engine_.worker_) != 0) {
     }
@@ -300,6 +325,7 @@ inline void link::poll(link_events& events, bool)
             events.arrived(tag);
             pending_recvs_[k] = pending_recvs_.back();
             pending_recvs_.pop_back();
+            mpi::detail::end_outstanding();
         } else {
             ++k;
         }
@@ -311,6 +337,7 @@ inline void link::poll(link_events& events, bool)
             events.sent(pending_sends_[k]);
             pending_sends_[k] = pending_sends_.back();
             pending_sends_.pop_back();
+            mpi::detail::end_outstanding();
         } else {
             ++k;
         }
@@ -328,6 +355,7 @@ inline void link::abandon() noexcept
         ucp_request_free(r);
         r = nullptr;
     }
+    for (std::size_t i = 0; i < pending_recvs_.size() + pending_sends_.size(); ++i) mpi::detail::end_outstanding();
     pending_recvs_.clear();
     for (int tag : pending_sends_)
         for (void** r : {&sends_[static_cast<std::size_t>(tag)].head, &sends_[static_cast<std::size_t>(tag)].body})
