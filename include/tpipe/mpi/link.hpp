@@ -6,10 +6,10 @@
 // each boundary a block of MPI tags; one over MPI_TAG_UB is refused, naming the boundary.
 //
 // Progress: a body's receive is posted once its header is in, by whoever polls first: the
-// waiting loop, or tpipe::mpi::progress_thread through the hook that drive() registers, so a
-// rendezvous-sized body moves while the receiving loop computes. Every request counts itself in
-// detail::outstanding(), which wakes the progress thread. Needs MPI_THREAD_MULTIPLE
-// (tpipe::mpi::environment).
+// waiting loop, or tpipe::mpi::progress_thread through the hook that drive() registers
+// (tpipe/mpi/driven_link.hpp), so a rendezvous-sized body moves while the receiving loop
+// computes. Every request counts itself in detail::outstanding(), which wakes the progress
+// thread. Needs MPI_THREAD_MULTIPLE (tpipe::mpi::environment).
 #include <mpi.h>
 
 #include <climits>
@@ -22,18 +22,19 @@
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/driven_link.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/transport/link.hpp"
 
 namespace tpipe::mpi {
 
-class link final : public tpipe::link, private detail::progress_hook {
+class link final : public driven_link {
 public:
     //! To (or from) process `peer` of `comm`, tags [0, tags) as MPI tags tag_base + 2 * tag + {0, 1}.
     link(MPI_Comm comm, int peer, int tag_base, int tags) : comm_(comm), peer_(peer), tag_base_(tag_base) { reset(tags); }
     ~link() override
     {
-        drive(nullptr);
+        stop_driving();
         abandon();
     }
 
@@ -90,20 +91,6 @@ public:
             sends_.assign(static_cast<std::size_t>(tags), send_slot{});
         }
     }
-
-    void drive(link_progress* p) override
-    {
-        if (p == driven_) return;
-        if (driven_) detail::remove_progress_hook(this);
-        driven_ = p;
-        if (driven_) detail::add_progress_hook(this);
-    }
-
-    //! The other links' finished sends give their bodies back to the payload pool first, so
-    //! that this body can be one of them: a sending link is otherwise reaped only by its own
-    //! drain or the progress thread, and a ping-pong would allocate, zero-fill and page-fault a
-    //! fresh body per message (hooks only try-lock: no deadlock).
-    void reclaim() noexcept override { detail::run_progress_hooks(this); }
 
     std::string peer() const override { return "MPI, process " + std::to_string(peer_); }
 
@@ -202,14 +189,11 @@ private:
         pending_sends_.clear();
     }
 
-    void progress() noexcept override { driven_->advance(); }
-
     MPI_Comm comm_;
     int peer_, tag_base_;
     std::vector<recv_slot> recvs_;
     std::vector<send_slot> sends_;
     std::vector<int> pending_recvs_, pending_sends_;
-    link_progress* driven_ = nullptr;
 };
 
 //! Opens tpipe::mpi::links on `comm` (tpipe::mpi::transport's own communicator for payloads).

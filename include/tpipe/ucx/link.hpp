@@ -17,9 +17,9 @@
 // full, so one engine serves one pipeline (give each transport its own). Calls to UCP are
 // serialised by the engine's mutex (links of several pipeline ranks may poll at once). UCP
 // progresses while a loop polls its link, and while the loops compute, MPI's progress thread
-// (tpipe::mpi::progress_thread, on by default in tpipe::mpi::environment) advances the channels
-// through the hooks their links register (drive), as it does for MPI's links: a body moves
-// while its receiver computes. Errors name the UCX status and the peer.
+// (tpipe::mpi::progress_thread, where tpipe::mpi::environment starts it) advances the channels
+// through the hooks their links register (tpipe/mpi/driven_link.hpp), as for MPI's links: a
+// body moves while its receiver computes. Errors name the UCX status and the peer.
 #include <mpi.h>
 #include <ucp/api/ucp.h>
 
@@ -36,6 +36,7 @@
 #include "tpipe/core/error.hpp"
 #include "tpipe/mpi/agree.hpp"
 #include "tpipe/mpi/mpi_error.hpp"
+#include "tpipe/mpi/driven_link.hpp"
 #include "tpipe/mpi/progress.hpp"
 #include "tpipe/transport/link.hpp"
 
@@ -51,12 +52,12 @@ inline void check(ucs_status_t s, const char* what)
 class link_engine;
 
 //! One direction of one boundary over UCP tagged messages (made by link_engine::open).
-class link final : public tpipe::link, private mpi::detail::progress_hook {
+class link final : public mpi::driven_link {
 public:
     link(link_engine& engine, ucp_ep_h ep, int peer, std::uint64_t stream, int tags);
     ~link() override
     {
-        drive(nullptr);
+        stop_driving();
         abandon();
     }
 
@@ -71,21 +72,7 @@ public:
     }
     std::string peer() const override { return "UCX, process " + std::to_string(peer_); }
 
-    //! MPI's progress thread advances the channel while the loops compute (a pending receive or
-    //! send counts in mpi::detail::outstanding(), which wakes it).
-    void drive(link_progress* p) override
-    {
-        if (p == driven_) return;
-        if (driven_) mpi::detail::remove_progress_hook(this);
-        driven_ = p;
-        if (driven_) mpi::detail::add_progress_hook(this);
-    }
-    //! Other links' finished sends give their payloads back to the pool first (as MPI's link).
-    void reclaim() noexcept override { mpi::detail::run_progress_hooks(this); }
-
 private:
-    void progress() noexcept override { driven_->advance(); }
-
     struct recv_slot {
         std::span<std::byte> head;
         std::size_t body_bytes = 0;
@@ -113,7 +100,6 @@ private:
     std::vector<recv_slot> recvs_;
     std::vector<send_slot> sends_;
     std::vector<int> pending_recvs_, pending_sends_;  //!< each counts in mpi::detail::outstanding()
-    link_progress* driven_ = nullptr;
 };
 
 //! The UCP context and worker of this process, and its endpoints to the other processes of
