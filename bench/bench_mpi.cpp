@@ -160,7 +160,11 @@ std::unique_ptr<tpipe::link> open_link(mode m, bool echo, bool sending)
 
 struct channel_pair {
     byte_channel out, in;
-    channel_pair(mode m, bool echo) : out(open_link(m, echo, true), true, channel_tags), in(open_link(m, echo, false), false, channel_tags) {}
+    channel_pair(mode m, bool echo)
+        : out(open_link(m, echo, true), tpipe::channel_end::sender, channel_tags),
+          in(open_link(m, echo, false), tpipe::channel_end::receiver, channel_tags)
+    {
+    }
 };
 
 //! One pingpong benchmark's sequence, on both ranks: `reps` pairs of (tpipe block, raw block),

@@ -3,8 +3,6 @@
 // BM_overhead/<schedule>/P/threading   empty stages, M = 4P: nanoseconds of runtime per action
 //                                      (threading 0: cpu_engine's default, min(P, cores) loop threads;
 //                                      1: one loop thread per rank; 2: all ranks on one loop thread)
-// BM_overhead_erased/...                the same, every boundary's channel a tpipe::any_channel (one
-//                                      virtual call per operation, as tpipe::composed_transport's)
 // BM_efficiency/<schedule>/P/spin_us   stages that spin: simulated makespan / measured time (1.0 is perfect)
 // BM_peer_tbb/P/spin_ns/one_worker     P serial stages, forward only, T tokens: tpipe vs oneTBB's
 //                                      parallel_pipeline in the same run; per-token overhead (wall time of
@@ -24,7 +22,6 @@
 #include <utility>
 #include <vector>
 
-#include "tpipe/transport/any_channel.hpp"
 #include "tpipe/exec/run.hpp"
 #include "tpipe/schedule/by_name.hpp"
 #include "tpipe/schedule/lower.hpp"
@@ -43,19 +40,6 @@ struct per_action_costs {
     double transfer(tpipe::op, int, int, const tpipe::unit&) const { return 0; }
 };
 
-//! Every boundary through a tpipe::any_channel over a local_channel: what per-boundary channels
-//! (tpipe::composed_transport) cost against the runner's direct local channels.
-struct erased_local_transport : tpipe::local_transport {
-    template <tpipe::payload T>
-    using channel_type = tpipe::any_channel<T>;
-    static constexpr bool tpipe_local_connecting_transport = true;
-    template <tpipe::payload T>
-    std::unique_ptr<tpipe::any_channel<T>> connect_local(const tpipe::endpoint&)
-    {
-        return tpipe::erase_channel(std::make_unique<tpipe::local_channel<T>>());
-    }
-};
-
 std::vector<std::string> names_cache = tpipe::schedule_names();
 
 tpipe::program program_for(const std::string& name, int P, int M)
@@ -66,9 +50,8 @@ tpipe::program program_for(const std::string& name, int P, int M)
 
 enum threading : int { default_threads = 0, thread_per_rank = 1, one_thread = 2 };
 
-//! BM_overhead (x null) and BM_overhead_erased (every boundary an any_channel).
-template <class X = tpipe::local_transport>
-void overhead(benchmark::State& state, X* x = nullptr)
+//! BM_overhead: nanoseconds of runtime per action.
+void overhead(benchmark::State& state)
 {
     const std::string& name = names_cache[static_cast<std::size_t>(state.range(0))];
     const int P = static_cast<int>(state.range(1));
@@ -85,7 +68,7 @@ void overhead(benchmark::State& state, X* x = nullptr)
             actions += s.actions;
             inside += s.time;
         }
-    }, x);
+    });
     state.SetLabel(name + " " + std::to_string(eng.threads()) + (eng.threads() == 1 ? " thread" : " threads"));
     state.counters["actions"] = static_cast<double>(prog.size());
     // From the first action's start to the last action's end, per action.
@@ -96,12 +79,6 @@ void overhead(benchmark::State& state, X* x = nullptr)
 }
 
 void BM_overhead(benchmark::State& state) { overhead(state); }
-
-void BM_overhead_erased(benchmark::State& state)
-{
-    erased_local_transport x;
-    overhead(state, &x);
-}
 
 void BM_efficiency(benchmark::State& state)
 {
@@ -213,7 +190,6 @@ void efficiency_args(benchmark::internal::Benchmark* b)
 } // namespace
 
 BENCHMARK(BM_overhead)->Apply(overhead_args)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_overhead_erased)->Apply(overhead_args)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_efficiency)->Apply(efficiency_args)->UseManualTime()->Iterations(11)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_peer_tbb)
     ->ArgsProduct({{2, 4, 8}, {0, 1000}, {0, 1}})

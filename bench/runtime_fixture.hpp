@@ -47,30 +47,21 @@ struct spin_stage {
 };
 
 //! Calls body(runner, io) with a runner of `prog` over its stage count of spin stages (work t
-//! per action) and transport *x (local channels when x is null), after running iterations for
-//! 0.3 s: storage allocated, and the OS has spread the new loop threads over the cores (on a
-//! 2-vCPU VM both can share one core for the first ~0.2 s).
-template <class Body, class X = tpipe::local_transport>
+//! per action), after running iterations for 0.3 s: storage allocated, and the OS has spread the
+//! new loop threads over the cores (on a 2-vCPU VM both can share one core for the first ~0.2 s).
+template <class Body>
 void with_warm_runner(const tpipe::program& prog, tpipe::cpu_engine& eng, const tpipe::run_options& opts,
-                      std::chrono::nanoseconds t, Body&& body, X* x = nullptr)
+                      std::chrono::nanoseconds t, Body&& body)
 {
     tpipe::uniform_pipeline<spin_stage> pipe(
         std::vector<spin_stage>(static_cast<std::size_t>(prog.stages()), spin_stage{t}));
     tpipe::io_for<decltype(pipe)> io;
     io.source = [](const tpipe::unit& u) { return u.microbatch; };
-    auto warm_then_body = [&](auto& r) {
-        const auto until = clock_type::now() + std::chrono::milliseconds(300);
-        do r.run(io);
-        while (clock_type::now() < until);
-        body(r, io);
-    };
-    if (x) {
-        tpipe::runner r(pipe, prog, eng, *x, opts);
-        warm_then_body(r);
-    } else {
-        tpipe::runner r(pipe, prog, eng, opts);
-        warm_then_body(r);
-    }
+    tpipe::runner r(pipe, prog, eng, opts);
+    const auto until = clock_type::now() + std::chrono::milliseconds(300);
+    do r.run(io);
+    while (clock_type::now() < until);
+    body(r, io);
 }
 
 inline double median(std::vector<double> v)

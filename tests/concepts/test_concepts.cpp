@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../exec/copying_transport.hpp"
 #include "tpipe/comm/averaging_communicator.hpp"
 #include "tpipe/comm/reduce_scatter_communicator.hpp"
 #include "tpipe/comm/thread_communicator.hpp"
@@ -25,12 +26,10 @@
 #include "tpipe/elastic/elastic_latency.hpp"
 #include "tpipe/elastic/freeze.hpp"
 #include "tpipe/elastic/thread_driver.hpp"
-#include "tpipe/transport/any_channel.hpp"
 #include "tpipe/exec/cancellable_engine.hpp"
 #include "tpipe/transport/composed_transport.hpp"
 #include "tpipe/exec/data_parallel.hpp"
 #include "tpipe/exec/gradients.hpp"
-#include "tpipe/transport/local_connecting_transport.hpp"
 #include "tpipe/transport/payload_traits.hpp"
 #include "tpipe/transport/recyclable_payload.hpp"
 #include "tpipe/exec/reporting_engine.hpp"
@@ -370,39 +369,17 @@ struct half_transport {
     std::optional<std::string> failure() { return std::nullopt; }
     std::string where(int rank) const { return rank == 0 ? "" : "elsewhere"; }
 };
-//! Every rank here; picks the channel of every boundary (connect_local), for int payloads.
-struct picking_transport : tpipe::local_transport {
-    static constexpr bool tpipe_local_connecting_transport = true;
-    template <class T>
-        requires std::same_as<T, int>
-    using channel_type = tpipe::local_channel<T>;
-    int picks = 0;
-    template <class T>
-    std::unique_ptr<tpipe::local_channel<T>> connect_local(const tpipe::endpoint& e)
-    {
-        ++picks;
-        return std::make_unique<tpipe::local_channel<T>>(e.tags);
-    }
-};
 struct no_failure : tpipe::local_transport {  // failure() of the wrong type
     int failure() const { return 0; }
 };
 static_assert(tpipe::transport<tpipe::local_transport> && tpipe::transport<half_transport>);
 static_assert(!tpipe::transport<no_failure> && !tpipe::transport<plain_engine>);
 static_assert(tpipe::transport_for<half_transport, std::vector<float>> && !tpipe::transport_for<half_transport, opaque>);
-static_assert(!tpipe::transport_for<tpipe::local_transport, int> && !tpipe::transport_for<picking_transport, int>);
-static_assert(tpipe::has_channel_type_for<picking_transport, int> && !tpipe::has_channel_type_for<picking_transport, double>);
-static_assert(tpipe::local_connecting_transport<picking_transport, int>);
-static_assert(!tpipe::local_connecting_transport<picking_transport, double>);  // it does not carry double
-static_assert(!tpipe::local_connecting_transport<half_transport, std::vector<float>>);  // not declared
-//! Composed: the types Between (half_transport) carries, inside the process through Within
-//! (picking_transport) when it carries them, through a local channel otherwise.
-using composed = tpipe::composed_transport<half_transport, picking_transport>;
-static_assert(tpipe::transport<composed> && tpipe::enable_local_connecting_transport<composed>);
-static_assert(tpipe::transport_for<composed, std::vector<float>> && tpipe::local_connecting_transport<composed, std::vector<float>>);
-static_assert(!tpipe::transport_for<composed, opaque> && !tpipe::local_connecting_transport<composed, opaque>);
-static_assert(!tpipe::transport_for<composed, int>);  // Within carries int, Between does not
-static_assert(tpipe::channel<tpipe::any_channel<std::vector<float>>> && tpipe::channel<tpipe::any_channel<opaque>>);
+static_assert(!tpipe::transport_for<tpipe::local_transport, int>);
+//! Every link transport is the runner's one transport type, composed ones included; it carries
+//! the types with a byte or a device form.
+static_assert(tpipe::transport_for<tpipe::composed_transport, std::vector<float>> && !tpipe::transport_for<tpipe::composed_transport, opaque>);
+static_assert(std::is_same_v<tpipe::composed_transport::channel_type<std::vector<float>>, tpipe::linked_channel<std::vector<float>>>);
 
 // ---- communicators ----------------------------------------------------------------------------
 //! thread_communicator with an averaging all-reduce that counts its calls.
@@ -725,28 +702,33 @@ TEST_CASE("a boundary that needs a channel of a type the transport does not carr
                                       "for that type"));
 }
 
-TEST_CASE("a local connecting transport picks the channels inside the process, for the types it carries",
+TEST_CASE("a link transport joins two ranks of this process by its link, for the types it can carry",
           "[concepts][transport]")
 {
-    auto pipe = tpipe::pipeline(int_stage{}, int_stage{});
+    auto pipe = tpipe::pipeline(vec_stage{}, vec_stage{});
     tpipe::cpu_engine eng(2);
-    picking_transport x;
+    tpipe_test::copying_transport x;
     tpipe::runner r(pipe, two_rank_program(), eng, x);
-    CHECK(x.picks == 2);
-    tpipe::run_io<int, int> io;
-    io.source = [](const unit& u) { return u.microbatch; };
-    std::vector<int> out(2, -1);
-    io.output_grad = [&](const unit& u, int y) {
+    static_assert(std::is_same_v<decltype(r), tpipe::runner<decltype(pipe), tpipe::cpu_engine>>);
+    CHECK(x.opened == 2);  // boundary 0, both directions
+    tpipe::run_io<std::vector<float>, std::vector<float>> io;
+    io.source = [](const unit& u) { return std::vector<float>(3, static_cast<float>(u.microbatch)); };
+    std::vector<std::vector<float>> out(2), dx(2);
+    io.output_grad = [&](const unit& u, std::vector<float> y) {
         out[static_cast<std::size_t>(u.microbatch)] = y;
-        return 0;
+        return std::vector<float>(2, 1.0f + static_cast<float>(u.microbatch));
     };
+    io.input_grad = [&](const unit& u, std::vector<float> g) { dx[static_cast<std::size_t>(u.microbatch)] = std::move(g); };
     r.run(io);
-    CHECK(out == std::vector<int>{2, 3});
+    r.run(io);
+    CHECK(out == std::vector<std::vector<float>>{std::vector<float>(3, 0.0f), std::vector<float>(3, 1.0f)});
+    CHECK(dx == std::vector<std::vector<float>>{std::vector<float>(2, 1.0f), std::vector<float>(2, 2.0f)});
+    CHECK(x.copies == 2 * 2 * 2);  // 2 units, both directions, 2 iterations
 
-    auto opaque_pipe = tpipe::pipeline(to_opaque{}, opaque_stage{});  // it does not carry opaque
+    auto opaque_pipe = tpipe::pipeline(to_opaque{}, opaque_stage{});  // opaque has no byte form
     CHECK_THROWS_WITH((tpipe::runner(opaque_pipe, two_rank_program(), eng, x)),
-                      Catch::Contains("crosses a boundary between two ranks of this process, but the transport has no "
-                                      "channel for that type"));
+                      Catch::Contains("crosses a boundary between ranks 0 and 1 of this process, which the transport joins by "
+                                      "a link, but the transport has no channel for that type"));
 }
 
 TEST_CASE("the fingerprint names payload types alike on every compiler", "[concepts][transport]")

@@ -10,7 +10,7 @@
 #include "tpipe/cuda/basic_memory_pool.hpp"
 #include "tpipe/cuda/driver.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
-#include "tpipe/cuda/peer_channel.hpp"
+#include "tpipe/cuda/peer_link.hpp"
 #include "tpipe/transport/device_payload_traits.hpp"
 
 namespace {

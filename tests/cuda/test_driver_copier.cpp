@@ -9,7 +9,7 @@
 #include "fake_driver.hpp"
 #include "tpipe/cuda/driver_copier.hpp"
 #include "tpipe/cuda/event_pool.hpp"
-#include "tpipe/cuda/peer_channel.hpp"
+#include "tpipe/cuda/peer_link.hpp"
 
 using copier = tpipe::cuda::driver_copier<fake::driver>;
 static_assert(tpipe::cuda::peer_copier<copier>);

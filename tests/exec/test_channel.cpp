@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "tpipe/transport/any_channel.hpp"
 #include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/engine.hpp"
 #include "tpipe/transport/local_channel.hpp"
@@ -151,54 +150,6 @@ TEST_CASE("a channel hears only the token of its current iteration", "[exec][cha
         now.request_stop();
         CHECK(arrival_cancelled(c));
     }
-}
-
-TEST_CASE("an erased channel forwards every operation to its model, across loops and iterations", "[exec][channel]")
-{
-    using ptr = std::unique_ptr<int>;
-    auto model = std::make_unique<tpipe::local_channel<ptr>>(8);
-    tpipe::local_channel<ptr>* raw = model.get();
-    std::unique_ptr<tpipe::any_channel<ptr>> c = tpipe::erase_channel(std::move(model));
-    auto* same = c.get();
-    c = tpipe::erase_channel(std::move(c));
-    CHECK(c.get() == same);  // not wrapped twice
-    tpipe::loop_thread a, b;
-    for (int it = 0; it < 3; ++it) {
-        c->reset(8);
-        auto sender = [&]() -> tpipe::task<void> {
-            co_await a.get().schedule();
-            for (int t = 0; t < 8; ++t) c->send(t, std::make_unique<int>(100 * it + t));
-            co_await c->drain();
-        };
-        auto receiver = [&]() -> tpipe::task<std::vector<int>> {  // (no Catch assertion off the test's thread)
-            co_await b.get().schedule();
-            std::vector<int> got;
-            for (int t = 7; t >= 0; --t) {
-                c->post(t);
-                co_await c->arrival(t);
-                got.push_back(c->ready(t) ? *c->take(t) : -1);
-            }
-            co_return got;
-        };
-        auto [none, got] = tpipe::sync_wait(tpipe::when_all(sender(), receiver()));
-        (void)none;
-        REQUIRE(got.size() == 8);
-        for (int k = 0; k < 8; ++k) CHECK(got[static_cast<std::size_t>(k)] == 100 * it + 7 - k);
-    }
-    std::stop_source stop;
-    c->reset(1, stop.get_token());
-    CHECK(raw->tags() == 1);
-    stop.request_stop();  // reaches the model: an arrival completes by throwing
-    auto waiter = [&]() -> tpipe::task<bool> {
-        co_await a.get().schedule();
-        try {
-            co_await c->arrival(0);
-        } catch (const tpipe::operation_cancelled&) {
-            co_return true;
-        }
-        co_return false;
-    };
-    CHECK(tpipe::sync_wait(waiter()));
 }
 
 namespace {

@@ -347,39 +347,19 @@ TEST_CASE("run_options::stop ends the iteration on every rank with stopped_error
 }
 
 namespace {
-//! A transport that records the watchdog's reports (stalled), as tpipe::mpi::transport reports
-//! them; every rank runs here. Between makes the channels between processes (none here), Within
-//! those inside the process.
-struct stall_recording : tpipe::local_transport {
-    template <class T>
-    using channel_type = tpipe::local_channel<T>;
+//! A link transport with every rank here that records the watchdog's reports (stalled), as
+//! tpipe::mpi::transport reports them.
+struct stall_recording final : tpipe::link_transport {
     std::vector<std::string> reports;
-    void stalled(const std::string& report) { reports.push_back(report); }
-};
-struct recording_between : stall_recording {
-    template <class T>
-    std::unique_ptr<tpipe::local_channel<T>> connect(const tpipe::endpoint& e)
-    {
-        return std::make_unique<tpipe::local_channel<T>>(e.tags);
-    }
-};
-struct recording_within : stall_recording {
-    static constexpr bool tpipe_local_connecting_transport = true;
-    template <class T>
-    std::unique_ptr<tpipe::local_channel<T>> connect_local(const tpipe::endpoint& e)
-    {
-        return std::make_unique<tpipe::local_channel<T>>(e.tags);
-    }
-};
-//! Between without stalled(): the composed transport forwards to Within alone.
-struct silent_between : tpipe::local_transport {
-    template <class T>
-    using channel_type = tpipe::local_channel<T>;
-    template <class T>
-    std::unique_ptr<tpipe::local_channel<T>> connect(const tpipe::endpoint& e)
-    {
-        return std::make_unique<tpipe::local_channel<T>>(e.tags);
-    }
+    bool runs(int) const override { return true; }
+    std::string where(int) const override { return {}; }
+    void agree(const std::string&) override {}
+    void fail(const std::string&) override {}
+    std::optional<std::string> failure() override { return std::nullopt; }
+    void stalled(const std::string& report) noexcept override { reports.push_back(report); }
+
+protected:
+    std::unique_ptr<tpipe::link> open(const tpipe::endpoint&) override { throw tpipe::error("stall_recording: no process to link to"); }
 };
 } // namespace
 
@@ -391,7 +371,7 @@ TEST_CASE("a composed transport passes the watchdog's report to both of its tran
     opts.validate = false;
     opts.watchdog = std::chrono::milliseconds(200);
     // One stalled iteration through `between` (MPI's place) and `within` composed.
-    auto stall_through = [&](auto& between, recording_within& within) {
+    auto stall_through = [&](tpipe::link_transport& between, stall_recording& within) {
         auto pipe = synth::make_pipe<true>(std::make_index_sequence<2>{});
         tpipe::io_for<decltype(pipe)> io;
         io.source = synth::source;
@@ -400,8 +380,7 @@ TEST_CASE("a composed transport passes the watchdog's report to both of its tran
         CHECK_THROWS_AS(r.run(io), tpipe::watchdog_error);
     };
     {
-        recording_between between;
-        recording_within within;
+        stall_recording between, within;
         stall_through(between, within);
         REQUIRE(between.reports.size() == 1);
         REQUIRE(within.reports.size() == 1);
@@ -409,8 +388,8 @@ TEST_CASE("a composed transport passes the watchdog's report to both of its tran
         CHECK(within.reports[0] == between.reports[0]);
     }
     {
-        silent_between between;
-        recording_within within;
+        tpipe::all_here between;  // reports nowhere
+        stall_recording within;
         stall_through(between, within);
         CHECK(within.reports.size() == 1);
     }

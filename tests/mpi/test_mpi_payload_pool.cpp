@@ -27,8 +27,8 @@ TEST_CASE("a channel over MPI receives into the body of a completed send (payloa
     bool ok = true;
     if (me < 2) {  // ranks 0 and 1 ping-pong; the others only agree on the outcome
         const int peer = 1 - me;
-        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 0 : 8, 3), true, 3),
-            in(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 8 : 0, 3), false, 3);
+        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 0 : 8, 3), tpipe::channel_end::sender, 3),
+            in(std::make_unique<tpipe::mpi::link>(comm, peer, me == 0 ? 8 : 0, 3), tpipe::channel_end::receiver, 3);
         tpipe::sync_wait([&]() -> tpipe::task<void> {
             const std::byte* last_sent = nullptr;
             for (int round = 0; round < 3; ++round) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../exec/copying_transport.hpp"
 #include "../exec/pipes.hpp"
 #include "mpi_suite.hpp"
 #include "synthetic_run.hpp"
@@ -79,50 +80,6 @@ TEST_CASE("several ranks per process: boundaries inside a process stay local, th
     REQUIRE(tpipe_test::every_process(matches(prog, x, got, want)));
 }
 
-//! Stands for tpipe::cuda::peer_transport on the CPU: a transport that makes its own channels
-//! between ranks of this process, which copy the payload through its byte form (as a device copy
-//! does) instead of moving it, and count what they carried.
-class copying_transport {
-public:
-    template <tpipe::byte_payload T>
-    class channel_type : public tpipe::local_channel<T> {
-    public:
-        explicit channel_type(std::atomic<int>& sent) : sent_(sent) {}
-        void send(int tag, T&& v)
-        {
-            using traits = tpipe::payload_traits<T>;
-            T copy = traits::make(traits::header_of(v));
-            const auto from = traits::bytes(std::as_const(v));
-            std::copy(from.begin(), from.end(), traits::bytes(copy).begin());
-            ++sent_;
-            tpipe::local_channel<T>::send(tag, std::move(copy));
-        }
-
-    private:
-        std::atomic<int>& sent_;  //!< shared by both directions, sent from two loops
-    };
-    static constexpr bool tpipe_local_connecting_transport = true;
-
-    template <tpipe::byte_payload T>
-    std::unique_ptr<channel_type<T>> connect_local(const tpipe::endpoint& e)
-    {
-        if (!e.sending) throw tpipe::error("copying_transport: connect_local of a receiving end");
-        ++connected;
-        return std::make_unique<channel_type<T>>(sent);
-    }
-    bool runs(int) const noexcept { return true; }
-    void agree(const std::string&) const noexcept {}
-    void fail(const std::string&) const noexcept {}
-    std::optional<std::string> failure() const noexcept { return std::nullopt; }
-    std::string where(int) const { return {}; }
-
-    int connected = 0;  //!< (at runner construction, on one thread)
-    std::atomic<int> sent{0};
-};
-using hybrid = tpipe::composed_transport<tpipe::mpi::transport, copying_transport>;
-static_assert(tpipe::local_connecting_transport<hybrid, synth::vec> && tpipe::transport_for<hybrid, synth::vec>);
-static_assert(!tpipe::transport_for<hybrid, int>, "the composition carries what Between carries");
-
 TEST_CASE("composed transports: copies inside a process, MPI between processes, one pipeline", "[mpi][run]")
 {
     const int n = world_size();
@@ -132,15 +89,15 @@ TEST_CASE("composed transports: copies inside a process, MPI between processes, 
     const auto prog = tpipe::one_f_one_b{}.program(tpipe::topology{P}, tpipe::microbatches(P, 2));
     const outcome want = run_synthetic<tpipe::local_transport>(prog, nullptr, P);
     tpipe::mpi::transport between(tpipe::layout(P, 1, layout), 0);
-    copying_transport within;
-    hybrid x(between, within);
+    tpipe_test::copying_transport within;  // stands for GPU peer copies
+    tpipe::composed_transport x(between, within);
     const outcome got = run_synthetic(prog, &x, P);
     REQUIRE(tpipe_test::every_process(matches(prog, between, got, want)));
-    // This process's one inside boundary, both directions, got the copying channels; each
+    // This process's one inside boundary, both directions, got the copying links; each
     // carried every unit's activation or gradient, in each of the two iterations.
     const int units = prog.units.units();
-    CHECK(within.connected == 2);
-    CHECK(within.sent == 2 * 2 * units);
+    CHECK(within.opened == 2);
+    CHECK(within.copies == 2 * 2 * units);
 }
 
 TEST_CASE("a launch that does not fit the world is refused on every process with the same message", "[mpi][failure]")
@@ -311,7 +268,7 @@ TEST_CASE("a pipeline payload moves while either end computes (an MPI link and t
     bool b = true;
     MPI_Barrier(MPI_COMM_WORLD);
     if (me == 0) {
-        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, 1, 0, 2), true, 2);
+        tpipe::linked_channel<bytes> out(std::make_unique<tpipe::mpi::link>(comm, 1, 0, 2), tpipe::channel_end::sender, 2);
         out.send(0, bytes(size, std::byte{1}));
         tpipe::sync_wait([](tpipe::linked_channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
         MPI_Barrier(MPI_COMM_WORLD);
@@ -319,7 +276,7 @@ TEST_CASE("a pipeline payload moves while either end computes (an MPI link and t
         busy();
         tpipe::sync_wait([](tpipe::linked_channel<bytes>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
     } else if (me == 1) {
-        tpipe::linked_channel<bytes> in(std::make_unique<tpipe::mpi::link>(comm, 0, 0, 2), false, 2);
+        tpipe::linked_channel<bytes> in(std::make_unique<tpipe::mpi::link>(comm, 0, 0, 2), tpipe::channel_end::receiver, 2);
         in.post(0);
         busy();  // meanwhile rank 0 sends tag 0
         b = in.ready(0) && in.take(0).back() == std::byte{1};

@@ -73,11 +73,11 @@ TEST_CASE("a UCX payload of another size than the receiver makes is refused, nam
     tpipe::endpoint e{.boundary = n - 2, .forward = true, .from_rank = n - 2, .to_rank = n - 1, .sending = me == n - 2, .tags = 1};
     std::string message;
     if (me == n - 2) {
-        tpipe::linked_channel<skewed> out(ucx.open(e, n - 1), true, 1);
+        tpipe::linked_channel<skewed> out(ucx.open(e, n - 1), tpipe::channel_end::sender, 1);
         out.send(0, skewed{std::vector<std::int32_t>(1000, 7)});
         tpipe::sync_wait([](tpipe::linked_channel<skewed>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
     } else if (me == n - 1) {
-        tpipe::linked_channel<skewed> in(ucx.open(e, n - 2), false, 1);
+        tpipe::linked_channel<skewed> in(ucx.open(e, n - 2), tpipe::channel_end::receiver, 1);
         try {
             tpipe::sync_wait([](tpipe::linked_channel<skewed>& c) -> tpipe::task<void> { co_await c.arrival(0); }(in));
         } catch (const tpipe::error& err) {
@@ -120,13 +120,13 @@ TEST_CASE("a UCX body moves while its receiver computes (MPI's progress thread d
         MPI_Barrier(MPI_COMM_WORLD);
         double sent_after = 0;
         if (me == 0) {
-            tpipe::linked_channel<payload> out(ucx.open(e, 1), true, 1);
+            tpipe::linked_channel<payload> out(ucx.open(e, 1), tpipe::channel_end::sender, 1);
             const auto start = std::chrono::steady_clock::now();
             out.send(0, payload(bytes, std::byte{3}));
             tpipe::sync_wait([](tpipe::linked_channel<payload>& c) -> tpipe::task<void> { co_await c.drain(); }(out));
             sent_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         } else if (me == 1) {
-            tpipe::linked_channel<payload> in(ucx.open(e, 0), false, 1);
+            tpipe::linked_channel<payload> in(ucx.open(e, 0), tpipe::channel_end::receiver, 1);
             in.post(0);
             const auto until = std::chrono::steady_clock::now() + compute;
             while (std::chrono::steady_clock::now() < until) {}  // compute

@@ -1,15 +1,15 @@
 #pragma once
 // tpipe::cuda::basic_peer_transport<Copier, Pool>: the transport of a pipeline whose ranks all run
-// in this process on GPUs (tpipe::cuda::engine): every boundary gets a peer channel
-// (tpipe/cuda/peer_channel.hpp) through connect_local (it is a tpipe::local_connecting_transport),
-// which moves the payload between ranks on one GPU and copies it (cudaMemcpyPeerAsync on the
-// receiver's transfer stream) between GPUs. It makes no channel to another process.
+// in this process on GPUs (tpipe::cuda::engine), a tpipe::link_transport. A boundary between two
+// GPUs gets a peer link (tpipe/cuda/peer_link.hpp: cudaMemcpyPeerAsync on the receiver's transfer
+// stream) under the one typed channel, tpipe::linked_channel; a boundary between two ranks of one
+// GPU gets none, so its payload moves (a local channel). It opens no link to another process.
 // tpipe::cuda::peer_transport (tpipe/cuda/peer_transport.hpp) is it over the CUDA runtime. Joined
 // with NCCL between processes by tpipe::composed_transport (tpipe/transport/composed_transport.hpp).
 //
 //   tpipe::cuda::engine eng({.gpu_of_device = {0, 1}});
 //   auto x = tpipe::cuda::make_peer_transport(eng, {0, 1}, {&pool0, &pool1});  // rank r on device r
-//   tpipe::runner r(pipe, prog, eng, x, {.device_of_rank = {0, 1}});
+//   tpipe::runner r(pipe, prog, eng, x, {.device_of_rank = {0, 1}});            // tpipe::runner<Pipe, E>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,22 +17,15 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/cuda/peer_channel.hpp"
 #include "tpipe/cuda/payload_pool.hpp"
-#include "tpipe/transport/local_connecting_transport.hpp"
-#include "tpipe/transport/transport.hpp"
+#include "tpipe/cuda/peer_link.hpp"
+#include "tpipe/transport/link_transport.hpp"
 
 namespace tpipe::cuda {
 
 template <peer_copier Copier, payload_pool Pool>
-class basic_peer_transport {
+class basic_peer_transport final : public link_transport {
 public:
-    //! Carries payloads with a device form; the runner refuses a boundary of any other type.
-    template <class T>
-        requires device_payload<T, Pool>
-    using channel_type = basic_peer_channel<T, Copier, Pool>;
-    //! Every boundary is inside this process and gets its channel from connect_local.
-    static constexpr bool tpipe_local_connecting_transport = true;
     using stream_t = typename Copier::stream_t;
 
     //! Rank r runs on GPU gpu_of_rank[r], receives on transfer_stream_of_rank[r] into payloads
@@ -48,24 +41,30 @@ public:
             if (!p) throw invalid_argument("peer_transport: a pool is null; give every pipeline rank the pool of its GPU");
     }
 
-    bool runs(int) const noexcept { return true; }
-    //! The channel of a boundary whose two ranks run here (tpipe/transport/local_connecting_transport.hpp).
-    template <class T>
-        requires device_payload<T, Pool>
-    std::unique_ptr<channel_type<T>> connect_local(const endpoint& e)
+    bool runs(int) const override { return true; }
+    std::string where(int) const override { return {}; }
+    void agree(const std::string&) override {}
+    void fail(const std::string&) override {}
+    std::optional<std::string> failure() override { return std::nullopt; }
+
+    //! A peer link between the ranks' GPUs, or none (the payload moves) when they share one.
+    std::unique_ptr<link> open_within(const endpoint& e) override
     {
         const auto n = static_cast<int>(gpu_.size());
         if (e.from_rank < 0 || e.from_rank >= n || e.to_rank < 0 || e.to_rank >= n)
             throw invalid_argument("peer_transport: boundary " + std::to_string(e.boundary) + " joins ranks " + std::to_string(e.from_rank) +
                                    " and " + std::to_string(e.to_rank) + ", but GPUs are given for ranks 0.." + std::to_string(n - 1));
-        const auto to = static_cast<std::size_t>(e.to_rank);
-        return std::make_unique<channel_type<T>>(copier_, gpu_[static_cast<std::size_t>(e.from_rank)], gpu_[to], stream_[to], *pool_[to],
-                                                 e.tags);
+        const auto from = static_cast<std::size_t>(e.from_rank), to = static_cast<std::size_t>(e.to_rank);
+        if (gpu_[from] == gpu_[to]) return nullptr;
+        return std::make_unique<basic_peer_link<Copier>>(copier_, gpu_[from], gpu_[to], stream_[to], device_pool_ref(*pool_[to]));
     }
-    void agree(const std::string&) const noexcept {}
-    void fail(const std::string&) const noexcept {}
-    std::optional<std::string> failure() const noexcept { return std::nullopt; }
-    std::string where(int) const { return {}; }
+
+protected:
+    std::unique_ptr<link> open(const endpoint& e) override
+    {
+        throw error("peer_transport: boundary " + std::to_string(e.boundary) + " leaves this process, but the peer transport joins "
+                    "only GPUs of one process (compose it with a transport between processes: tpipe::composed_transport)");
+    }
 
 private:
     Copier copier_;

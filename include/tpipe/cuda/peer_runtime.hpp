@@ -4,7 +4,7 @@
 // events as completion markers).
 #include "tpipe/cuda/after.hpp"
 #include "tpipe/cuda/driver_copier.hpp"
-#include "tpipe/cuda/peer_channel.hpp"
+#include "tpipe/cuda/peer_link.hpp"
 #include "tpipe/cuda/runtime_driver.hpp"
 
 namespace tpipe::cuda {

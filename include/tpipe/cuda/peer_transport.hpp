@@ -16,8 +16,6 @@ namespace tpipe::cuda {
 
 template <payload_pool Pool>
 using peer_transport = basic_peer_transport<peer_runtime, Pool>;
-static_assert(tpipe::transport<peer_transport<memory_pool>> && !tpipe::transport_for<peer_transport<memory_pool>, int>);
-static_assert(tpipe::enable_local_connecting_transport<peer_transport<memory_pool>>);
 
 //! Rank r on engine device device_of_rank[r]: its GPU and its transfer stream come from `eng`;
 //! its payloads from *pool_of_rank[r].

@@ -1,6 +1,6 @@
 #pragma once
 // tpipe::cuda::stream_markers<D>: completion markers on the streams of a cuda::driver, for code
-// that polls for its work itself (the peer channel, NCCL's channels) rather than awaiting it.
+// that polls for its work itself (the peer links, NCCL's links) rather than awaiting it.
 // A marker is an event of the driver's event pool recorded on the stream; query() is 0 done,
 // 1 not yet, and a failure as the negated driver status (CUDA's codes include 1, so a failure is
 // never mistaken for "not yet"), which describe_stream() names.

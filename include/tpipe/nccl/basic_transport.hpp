@@ -21,7 +21,7 @@
 // order. Meant for one pipeline rank per process (one GPU each, as NCCL needs): ranks of one
 // process share the communicators, and a receive one of them waits in holds back the sends of the
 // others on the same communicator. Boundaries inside a process are not NCCL's: the runner gives
-// them a local channel, or, with tpipe::composed_transport<nccl::transport, cuda::peer_transport>
+// them a local channel, or, with tpipe::composed_transport of this and a cuda::peer_transport
 // (tpipe/transport/composed_transport.hpp), peer copies between the process's GPUs; then only the
 // ranks at a process's edges use NCCL.
 #include <memory>

@@ -1,11 +1,10 @@
 #pragma once
 // The channel concept: how a payload travels from one stage to the next (activations forward,
-// gradients backward). Models: tpipe::local_channel (same process, moves the payload),
-// tpipe::linked_channel (another process, over a byte link of any engine: MPI and UCX move host
-// bytes through tpipe::payload_traits, NCCL device bytes through tpipe::device_payload_traits;
-// tpipe/transport/link.hpp), and cuda::basic_peer_channel (device copies between the GPUs of one
-// process). Which one a boundary gets is the transport's choice
-// (tpipe/transport/transport.hpp); the runner sees only this concept.
+// gradients backward). Models: tpipe::local_channel (same process, moves the payload) and
+// tpipe::linked_channel (over a byte link of any engine, tpipe/transport/link.hpp: MPI and UCX
+// move host bytes through tpipe::payload_traits, NCCL and the CUDA peer copies between GPUs of
+// one process device bytes through tpipe::device_payload_traits). Which one a boundary gets is
+// the transport's choice (tpipe/transport/transport.hpp); the runner sees only this concept.
 //
 // Semantics
 // - A channel carries payloads of one type in one direction between two stages.

@@ -1,7 +1,7 @@
 #pragma once
 // tpipe::device_payload_traits<T>: how a stage payload whose body lives in device (GPU) memory
 // crosses a boundary, by NCCL (tpipe/nccl/link.hpp) or by a CUDA peer copy
-// (tpipe/cuda/peer_channel.hpp): the device-memory counterpart of tpipe::payload_traits
+// (tpipe/cuda/peer_link.hpp): the device-memory counterpart of tpipe::payload_traits
 // (tpipe/transport/payload_traits.hpp). No CUDA include. A payload travels as
 //
 //   header  a small trivially copyable value describing the shape (at most
@@ -31,6 +31,7 @@
 #include <type_traits>
 #include <typeinfo>
 
+#include "tpipe/core/demangle.hpp"
 #include "tpipe/core/error.hpp"
 #include "tpipe/transport/payload_traits.hpp"
 
@@ -77,7 +78,8 @@ public:
     {
         if (*type_ != typeid(Pool))
             throw invalid_argument(who + ": the payload's device_payload_traits make it from a pool of type " +
-                                   typeid(Pool).name() + ", but the transport was given a pool of type " + type_->name() +
+                                   detail::readable_name(typeid(Pool)) + ", but the transport was given a pool of type " +
+                                   detail::readable_name(*type_) +
                                    " (give the transport the pool its payloads name)");
         return *static_cast<Pool*>(object_);
     }

@@ -1,7 +1,7 @@
 #pragma once
-// The byte link: all that an engine between processes (MPI, UCX...) implements to carry
+// The byte link: all that an engine (MPI, UCX, NCCL, CUDA peer copies...) implements to carry
 // pipeline payloads. A link is one direction of one stage boundary between this process and one
-// other; it moves messages of a header and a body, keyed by a tag, and knows nothing of payload
+// other, or between two devices of this process; it moves messages of a header and a body, keyed by a tag, and knows nothing of payload
 // types. tpipe::linked_channel<T> (tpipe/transport/linked_channel.hpp) is the typed channel,
 // written once over any link: its slots, tag checks, take, waits, stop and drain. A link_engine
 // opens the links of a process's boundaries; tpipe::mpi::transport takes one (its own MPI
@@ -39,6 +39,11 @@
 // (so a poll of one may touch the others), and they learn each channel's events from
 // attach(events) when it is made (attach(nullptr) before it goes). A link is destroyed under its
 // channel's lock.
+//
+// A link within this process (tpipe::link_transport::open_within: a copy between two of its GPUs,
+// tpipe/cuda/peer_link.hpp) carries both ends of one channel (channel_end::both). Its send may
+// report place(tag, header) at once, to the events attach gave it, so that the body goes straight
+// into the receiver's payload; arrived and sent then come from poll.
 //
 // Where bodies live: host memory (tpipe::payload_traits<T>) unless device_pool() gives the pool
 // that receivers make device payloads from (tpipe::device_payload_traits<T>; NCCL).

@@ -1,19 +1,23 @@
 #pragma once
-// tpipe::link_transport: the one transport type of the runner for threads and processes. Its
-// control plane is virtual (runs, where, agree, fail, failure, stalled), and a boundary that
-// crosses processes gets a tpipe::linked_channel<T> over the byte link that open(endpoint) gives
-// (tpipe/transport/link.hpp). Models: tpipe::all_here (every rank in this process: it opens no
-// link), tpipe::mpi::transport (links of any engine: MPI's, UCX's), tpipe::nccl::transport
-// (device payloads over NCCL). So
+// tpipe::link_transport: the one transport type of the runner. Its control plane is virtual (runs,
+// where, agree, fail, failure, stalled), and every boundary's channel is a tpipe::linked_channel<T>
+// over a byte link (tpipe/transport/link.hpp), or a local channel:
+// - a boundary that crosses processes: the link that open(endpoint) gives;
+// - a boundary whose two ranks both run here: the link that open_within(endpoint) gives (a copy
+//   between two GPUs of this process), or, where it gives none, a tpipe::local_channel (the
+//   payload moves).
+// Models: tpipe::all_here (every rank in this process: it opens no link),
+// tpipe::mpi::transport (links of any engine: MPI's, UCX's), tpipe::nccl::transport (device
+// payloads over NCCL), tpipe::cuda::peer_transport (copies between the GPUs of one process) and
+// tpipe::composed_transport (one between processes, another within each). So
 //
 //   tpipe::runner r(pipe, prog, engine);                   // threads
 //   tpipe::runner r(pipe, prog, engine, job.transport());  // MPI processes, payloads over MPI or UCX
 //   tpipe::runner r(pipe, prog, engine, nccl_transport);   // one GPU per process, over NCCL
+//   tpipe::runner r(pipe, prog, engine, peers);            // GPUs of one process, peer copies
 //
 // are the same type, tpipe::runner<Pipe, E> (a deduction guide maps every model to
-// link_transport), and a trainer holds one runner type whatever it runs over. The CUDA peer
-// copies inside a process (tpipe::cuda::peer_transport) and composed transports are still runner
-// types of their own.
+// link_transport), and a trainer holds one runner type whatever it runs over.
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,7 +59,16 @@ public:
         requires byte_payload<T> || pooled_device_payload<T>
     std::unique_ptr<linked_channel<T>> connect(const endpoint& e)
     {
-        return std::make_unique<linked_channel<T>>(open(e), e.sending, e.tags);
+        return std::make_unique<linked_channel<T>>(open(e), e.sending ? channel_end::sender : channel_end::receiver, e.tags);
+    }
+
+    //! One direction of a boundary whose two ranks both run here: the link that joins them (its
+    //! channel holds both ends, channel_end::both), or nullptr where the payload simply moves
+    //! (a local channel: the default).
+    virtual std::unique_ptr<link> open_within(const endpoint& e)
+    {
+        (void)e;
+        return nullptr;
     }
 
 protected:
@@ -65,6 +78,8 @@ protected:
 
     //! The byte link of one direction of a boundary with another process.
     virtual std::unique_ptr<link> open(const endpoint& e) = 0;
+    //! x.open(e), for a transport made of others (tpipe::composed_transport).
+    static std::unique_ptr<link> open_of(link_transport& x, const endpoint& e) { return x.open(e); }
 };
 
 //! Every rank in this process: the runner's default transport; no boundary leaves the process.

@@ -1,12 +1,13 @@
 #pragma once
-// tpipe::linked_channel<T>: the tpipe::channel between ranks of different processes, written
-// once over a byte link (tpipe/transport/link.hpp) of any engine: MPI, UCX, NCCL. A payload
-// travels as its header (shape), then its body, received in place into the object that the
-// payload's form for the link's memory builds: payload_traits<T>::make(header) for host memory
-// (tpipe/transport/payload_traits.hpp), device_payload_traits<T>::make(header, pool) for device
-// memory, from the pool the link gives (tpipe/transport/device_payload_traits.hpp). A type needs
-// only the form of the links it crosses; a link of the other memory is refused when the channel
-// is made, naming what to specialise.
+// tpipe::linked_channel<T>: the tpipe::channel between ranks of different processes (or of two
+// GPUs of this one), written once over a byte link (tpipe/transport/link.hpp) of any engine:
+// MPI, UCX, NCCL, CUDA peer copies. A payload travels as its header (shape), then its body,
+// received in place into the object that the payload's form for the link's memory builds:
+// payload_traits<T>::make(header) for host memory (tpipe/transport/payload_traits.hpp),
+// device_payload_traits<T>::make(header, pool) for device memory, from the pool the link gives
+// (tpipe/transport/device_payload_traits.hpp). A type needs only the form of the links it
+// crosses; a link of the other memory is refused when the channel is made, naming what to
+// specialise.
 //
 // Receiving end: post(tag) has the link receive the header, early (the runner posts every
 // receive of a rank when the rank starts its iteration). Once the header is in, the link asks
@@ -17,6 +18,9 @@
 // payload is released when the link reports them sent (given to its tpipe::payload_pool when it
 // is a tpipe::recyclable_payload, so that a later receive of that size reuses its body instead
 // of allocating and zero-filling one); drain() completes when every send of the iteration has.
+//
+// A channel over a link within this process holds both ends (channel_end::both): the sending
+// loop and the receiving loop share it.
 //
 // Threads: the loop that owns an end calls send/post/arrival/ready/take; the engine's
 // background thread may advance the channel too; a mutex (try-locked by the background thread
@@ -66,6 +70,10 @@ struct form_pool<T, true> {
 };
 } // namespace detail
 
+//! Which ends of a channel this process holds: one, or both (a link within this process: a copy
+//! between two of its GPUs, tpipe::link_transport::open_within).
+enum class channel_end { sender, receiver, both };
+
 template <class T>
 class linked_channel final : private link_events, private link_progress {
     static constexpr bool host_form = byte_payload<T>;
@@ -83,10 +91,10 @@ class linked_channel final : private link_events, private link_progress {
 public:
     using value_type = T;
 
-    //! One direction of one boundary over `l`: this process holds the sending end (or the
-    //! receiving one) of tags [0, tags). Throws if T has no form for the link's memory.
-    linked_channel(std::unique_ptr<tpipe::link> l, bool sending, int tags)
-        : link_(std::move(l)), sending_(sending), m_(lock_of(link_.get(), own_))
+    //! One direction of one boundary over `l`, of tags [0, tags), whose `end` this process holds.
+    //! Throws if T has no form for the link's memory.
+    linked_channel(std::unique_ptr<tpipe::link> l, channel_end end, int tags)
+        : link_(std::move(l)), end_(end), m_(lock_of(link_.get(), own_))
     {
         if (const auto pool = link_->device_pool()) {
             if constexpr (device_form)
@@ -119,7 +127,7 @@ public:
     // ---- sending end ------------------------------------------------------------------------
     void send(int tag, T&& v)
     {
-        if (!sending_) throw error(who() + ": send on the receiving end of a channel");
+        if (end_ == channel_end::receiver) throw error(who() + ": send on the receiving end of a channel");
         std::lock_guard<std::mutex> g(m_);
         send_slot& s = at(sends_, tag);
         if (s.value) throw error(who() + ": tag " + std::to_string(tag) + " was sent twice in one iteration");
@@ -148,7 +156,7 @@ public:
     //! Starts receiving `tag` (once per iteration; later calls do nothing).
     void post(int tag)
     {
-        if (sending_) throw error(who() + ": post on the sending end of a channel");
+        if (end_ == channel_end::sender) throw error(who() + ": post on the sending end of a channel");
         std::lock_guard<std::mutex> g(m_);
         recv_slot& s = at(recvs_, tag);
         if (s.state.load(std::memory_order_relaxed) != idle) return;  // posted, or in already (shared order)
@@ -327,7 +335,7 @@ private:
     }
 
     std::unique_ptr<tpipe::link> link_;
-    bool sending_;
+    channel_end end_;
     int tags_ = -1;
     std::mutex own_;
     std::mutex& m_;  //!< own_, or the lock the link shares with others

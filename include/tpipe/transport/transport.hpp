@@ -5,13 +5,10 @@
 // another gets its channels (the channel factory). The runner asks the transport for a channel
 // (connect) when one of a boundary's ranks runs elsewhere, and needs no channel when neither
 // does. When both run here it uses a local_channel (the payload moves), unless the transport is
-// a tpipe::local_connecting_transport (tpipe/transport/local_connecting_transport.hpp), e.g.
-// tpipe::cuda::peer_transport's device copies between GPUs of one process. Models:
-// tpipe::local_transport (every rank here: it makes no channel), tpipe::mpi::transport (ranks
-// spread over MPI processes), tpipe::nccl::transport (over NCCL), tpipe::cuda::peer_transport
-// (GPUs of one process), and tpipe::composed_transport (tpipe/transport/composed_transport.hpp: one
-// transport between processes, another inside each, so neighbouring boundaries may get channels
-// of different types).
+// a tpipe::link_transport that joins them by a link (open_within: a copy between two GPUs of
+// this process). Models: tpipe::local_transport (every rank here: it makes no channel), and the
+// link transports (tpipe/transport/link_transport.hpp): tpipe::all_here, tpipe::mpi::transport,
+// tpipe::nccl::transport, tpipe::cuda::peer_transport and tpipe::composed_transport.
 //
 // The channel factory is per payload type: transport_for<X, T> holds when X::channel_type<T>
 // names a channel and connect<T>(endpoint) makes one. A transport that cannot carry a type (MPI
@@ -78,12 +75,11 @@ concept transport_for = transport<X> && has_channel_type_for<X, T> && requires(X
 
 namespace detail {
 //! True; a compile error naming connect when X's channel_type<T> names a channel but X cannot
-//! connect it (a transport that only connects inside this process, a
-//! tpipe::local_connecting_transport, needs no connect).
-template <class X, class T, bool only_local>
+//! connect it.
+template <class X, class T>
 consteval bool check_transport_for()
 {
-    if constexpr (has_channel_type_for<X, T> && !only_local)
+    if constexpr (has_channel_type_for<X, T>)
         static_assert(requires(X& x, const endpoint& e) {
             { x.template connect<T>(e) } -> std::same_as<std::unique_ptr<typename X::template channel_type<T>>>;
         }, "this transport's channel_type<T> names a channel, so it must have `template <class T> "

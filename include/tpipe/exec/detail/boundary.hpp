@@ -1,10 +1,12 @@
 #pragma once
 // detail::boundary<T, X>: everything at the output of one stage (T = its output type): the
 // payloads waiting to be sent or consumed on this process, and the two channels to the next
-// stage (activations forward, gradients backward), each local, from transport X (connect, or
-// connect_local for a boundary inside this process when X is a local_connecting_transport), or
-// none. X's channel type for T is used only if X carries T (has_channel_type_for): the last
-// stage's output, which never travels, needs none.
+// stage (activations forward, gradients backward), each local, from transport X, or none. A
+// boundary with one end in another process gets X's channel (connect); one with both ends here
+// gets a local channel, or, from a tpipe::link_transport that joins them by a link
+// (open_within: a copy between two GPUs of this process), the linked channel over it. X's
+// channel type for T is used only if X carries T (has_channel_type_for): the last stage's
+// output, which never travels, needs none.
 // detail::boundary_base is the type-independent face the rank coroutine awaits through.
 #include <concepts>
 #include <memory>
@@ -15,12 +17,11 @@
 #include <vector>
 
 #include "tpipe/core/error.hpp"
-#include "tpipe/transport/any_channel.hpp"
-#include "tpipe/transport/channel.hpp"
 #include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/detail/type_name.hpp"
+#include "tpipe/transport/channel.hpp"
+#include "tpipe/transport/link_transport.hpp"
 #include "tpipe/transport/local_channel.hpp"
-#include "tpipe/transport/local_connecting_transport.hpp"
 #include "tpipe/transport/transport.hpp"
 
 namespace tpipe::detail {
@@ -68,13 +69,11 @@ public:
     void arrival(any_awaiter& a, int tag)
     {
         if (!remote_) a.emplace<slot_wait>(local().arrival(tag));
-        else if constexpr (is_any_channel<Remote>) remote_->arrival_into(a, tag);  // not erased twice
         else a.emplace<decltype(remote_->arrival(tag))>(remote_->arrival(tag));
     }
     void drain(any_awaiter& a)
     {
         if (!remote_) a.emplace<std::suspend_never>();
-        else if constexpr (is_any_channel<Remote>) remote_->drain_into(a);
         else a.emplace<decltype(remote_->drain())>(remote_->drain());
     }
     void reset(int tags, bool clear, const std::stop_token& stop)
@@ -141,8 +140,7 @@ template <payload T, transport X>
 class boundary final : public boundary_base {
 public:
     using remote_channel = typename remote_channel_of<X, T>::type;
-    static_assert(check_local_connecting_transport<X, T>() &&
-                  check_transport_for<X, T, enable_local_connecting_transport<X>>());
+    static_assert(check_transport_for<X, T>());
 
     std::vector<std::optional<T>> act_out;   //!< forward output not yet sent or consumed
     std::vector<std::optional<T>> grad_out;  //!< next stage's input gradient not yet sent or consumed
@@ -159,11 +157,8 @@ public:
         case boundary_ends::none:
         case boundary_ends::same_rank: break;
         case boundary_ends::both_here:
-            if constexpr (local_connecting_transport<X, T>) {  // the transport picks the channel (e.g. GPU peer copies)
-                fwd.connect_remote(x.template connect_local<T>(endpoint{index, true, from, to, true, units}));
-                bwd.connect_remote(x.template connect_local<T>(endpoint{index, false, to, from, true, units}));
-            } else if constexpr (enable_local_connecting_transport<X>) {
-                refuse(index, "between two ranks of this process");
+            if constexpr (std::derived_from<X, link_transport>) {
+                connect_within(x, index, from, to, units);
             } else {
                 fwd.connect_local();
                 bwd.connect_local();
@@ -201,6 +196,25 @@ public:
     bool remote(bool forward) const noexcept override { return (forward ? fwd : bwd).remote(); }
 
 private:
+    //! Both ranks run here: over the links that x joins them with, or local channels.
+    void connect_within(link_transport& x, int index, int from, int to, int units)
+    {
+        std::unique_ptr<tpipe::link> forward = x.open_within(endpoint{index, true, from, to, true, units});
+        if (!forward) {
+            fwd.connect_local();
+            bwd.connect_local();
+            return;
+        }
+        if constexpr (transport_for<X, T>) {
+            fwd.connect_remote(std::make_unique<remote_channel>(std::move(forward), channel_end::both, units));
+            bwd.connect_remote(std::make_unique<remote_channel>(x.open_within(endpoint{index, false, to, from, true, units}),
+                                                                channel_end::both, units));
+        } else {
+            refuse(index, "between ranks " + std::to_string(from) + " and " + std::to_string(to) +
+                              " of this process, which the transport joins by a link");
+        }
+    }
+
     [[noreturn]] static void refuse(int index, const std::string& where)
     {
         throw invalid_argument("runner: the output of stage " + std::to_string(index) + " (" + portable_type_name<T>() +

@@ -97,13 +97,9 @@ void run_locally(const tpipe::program& prog, const tpipe::io_for<tpipe::uniform_
 
 } // namespace
 
-static_assert(tpipe::transport<peer_transport>);
-static_assert(tpipe::local_connecting_transport<peer_transport, dvec>);
-static_assert(!tpipe::transport_for<peer_transport, dvec>);  // it makes no channel to another process
-static_assert(!tpipe::local_connecting_transport<peer_transport, int>);  // no device form: no channel at all
-static_assert(!tpipe::local_connecting_transport<tpipe::local_transport, dvec>);  // the existing transports keep local channels
+static_assert(std::derived_from<peer_transport, tpipe::link_transport>);
 
-TEST_CASE("the runner's connect_local seam: a transport without it keeps local channels, one with it gets its own",
+TEST_CASE("peer links: two ranks on different GPUs get a linked channel, two on one GPU a local one (the payload moves)",
           "[nccl][peer][seam]")
 {
     tpipe::local_transport local;
@@ -115,14 +111,24 @@ TEST_CASE("the runner's connect_local seam: a transport without it keeps local c
     tpipe::nccl::fake::host_pool pool;
     tpipe::nccl::fake::world w(2);
     gpus g(w, 2);
-    peer_transport x(g.copy(), {0, 1}, g.streams_of({0, 1}), {&pool, &pool});
-    tpipe::detail::boundary<dvec, peer_transport> b;
+    peer_transport x(g.copy(), {0, 1, 1}, g.streams_of({0, 1, 1}), {&pool, &pool, &pool});
+    tpipe::detail::boundary<dvec, tpipe::link_transport> b, c;
     b.connect(x, tpipe::detail::boundary_ends::both_here, 0, 0, 1, 4);
     CHECK(b.remote(true));
     CHECK(b.remote(false));
+    c.connect(x, tpipe::detail::boundary_ends::both_here, 1, 1, 2, 4);  // ranks 1 and 2 share GPU 1
+    CHECK(!c.remote(true));
+    CHECK(!c.remote(false));
+
+    // The runner over peer copies is the runner of threads, MPI and NCCL.
+    auto pipe = make_pipe(3);
+    tpipe::cpu_engine eng(3);
+    const auto prog = tpipe::make_schedule("gpipe").program(tpipe::topology{3}, tpipe::microbatches(2));
+    tpipe::runner r(pipe, prog, eng, x);
+    static_assert(std::is_same_v<decltype(r), tpipe::runner<decltype(pipe), tpipe::cpu_engine>>);
 }
 
-TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local run; same-GPU boundaries move, others copy",
+TEST_CASE("peer links: a pipeline over GPUs of one process equals the local run; same-GPU boundaries move, others copy",
           "[nccl][peer]")
 {
     const int P = 3, M = 5;
@@ -150,10 +156,6 @@ TEST_CASE("peer channels: a pipeline over GPUs of one process equals the local r
     }
 }
 
-using hybrid = tpipe::composed_transport<tpipe::nccl::fake::transport, peer_transport>;
-static_assert(tpipe::transport_for<hybrid, dvec> && tpipe::local_connecting_transport<hybrid, dvec>);
-static_assert(!tpipe::transport_for<hybrid, int>);
-
 TEST_CASE("composed transports: NCCL between processes (threads here), peer copies between the GPUs of each",
           "[nccl][peer][composed]")
 {
@@ -180,7 +182,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
             auto* pool = &gpu_pools[static_cast<std::size_t>(me)];
             gpus& mine = *process_gpus[static_cast<std::size_t>(me)];
             peer_transport within(mine.copy(), {0, 1, 0, 1}, mine.streams_of({0, 1, 0, 1}), {pool, pool, pool, pool});
-            hybrid x(between, within);
+            tpipe::composed_transport x(between, within);
             auto pipe = make_pipe(P);
             tpipe::cpu_engine eng(P);
             tpipe::runner r(pipe, prog, eng, x);
@@ -198,7 +200,7 @@ TEST_CASE("composed transports: NCCL between processes (threads here), peer copi
     }
 }
 
-TEST_CASE("peer channels: a failed copy is an error of the receiving rank, naming both GPUs", "[nccl][peer]")
+TEST_CASE("peer links: a failed copy is an error of the receiving rank, naming both GPUs", "[nccl][peer]")
 {
     const auto prog = tpipe::make_schedule("gpipe").program(tpipe::topology{2}, tpipe::microbatches(2));
     tpipe::nccl::fake::host_pool pool;
