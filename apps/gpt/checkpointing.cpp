@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -340,24 +339,8 @@ saved_elastic_run read_saved_elastic_run(const std::string& path, int units)
     } catch (const tpipe::error& e) {
         throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times cannot be read: " + e.what());
     }
-    const auto n = static_cast<std::size_t>(units);
-    bool sized = u.forward.size() == n && u.backward.size() == n &&
-                 u.forward_fixed.empty() == u.backward_fixed.empty();  // fixed parts: both or neither
-    for (const auto& [name, times] : tpipe::elastic::optional_times(u)) sized = sized && (times->empty() || times->size() == n);
-    if (!sized)
-        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": unit times for " + std::to_string(u.forward.size()) +
-                                      " units, this model has " + std::to_string(units));
-    for (const auto* times : {&u.forward, &u.backward})
-        for (std::size_t i = 0; i < times->size(); ++i) {
-            const auto& fixed = times == &u.forward ? u.forward_fixed : u.backward_fixed;
-            const bool all_fixed = (*times)[i] == 0 && !fixed.empty() && fixed[i] > 0;  // every row costs the same
-            if (!((*times)[i] > 0 || all_fixed) || !std::isfinite((*times)[i]))
-                throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit_seconds." +
-                                              (times == &u.forward ? "forward[" : "backward[") + std::to_string(i) +
-                                              "] is " + tpipe::json::dump((*times)[i]) +
-                                              "; a unit's measured time must be a positive number of seconds "
-                                              "(or 0 where its fixed microbatch time is positive)");
-        }
+    if (const std::string problem = tpipe::elastic::unit_seconds_problem(u, static_cast<std::size_t>(units)); !problem.empty())
+        throw incompatible_checkpoint("checkpoint \"" + mpath + "\": its elastic unit times do not fit this model: " + problem);
     return {m.step, std::move(u), m.run};
 }
 

@@ -126,6 +126,9 @@ TEST_CASE("elastic driver: refuses to plan without unit times or with a batch th
         REQUIRE_THROWS_WITH(z.run(), Catch::Contains("measured unit time backward[1] is " + std::to_string(bad) +
                                                      " s; every unit's time must be a positive number of seconds"));
     }
+    o.measured = {std::vector<double>(3, 1.0), std::vector<double>(3, 1.0), {0.5}};  // one unit's optimizer step of 3
+    tpipe::elastic::thread_driver<chain> u([&] { return std::make_unique<chain>(3, data); }, 16, o);
+    REQUIRE_THROWS_WITH(u.run(), Catch::Contains("update times for 1 units; give none, or 3 (one per unit)"));
 }
 
 namespace {

@@ -4,12 +4,15 @@
 #include <coroutine>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "tpipe/async/any_awaiter.hpp"
 #include "tpipe/exec/engine.hpp"
+#include "tpipe/transport/linked_channel.hpp"
 #include "tpipe/transport/local_channel.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
@@ -150,6 +153,26 @@ TEST_CASE("a channel hears only the token of its current iteration", "[exec][cha
         now.request_stop();
         CHECK(arrival_cancelled(c));
     }
+}
+
+TEST_CASE("a linked channel refuses a header of another size than its payload's, naming both sizes", "[exec][channel]")
+{
+    //! Announces tag 0 with a 3-byte header, as a sender of another payload type would.
+    struct wrong_header_link final : tpipe::link {
+        void send(int, std::span<const std::byte>, std::span<const std::byte>) override {}
+        void post(int, std::span<std::byte>) override {}
+        void poll(tpipe::link_events& events, bool) override
+        {
+            const std::array<std::byte, 3> header{};
+            (void)events.place(0, header);
+        }
+        void reset(int) override {}
+        std::string peer() const override { return "test, process 1"; }
+    };
+    tpipe::linked_channel<std::vector<float>> c(std::make_unique<wrong_header_link>(), tpipe::channel_end::receiver, 1);
+    auto wait = [](tpipe::linked_channel<std::vector<float>>& ch) -> tpipe::task<void> { co_await ch.arrival(0); };
+    CHECK_THROWS_WITH(tpipe::sync_wait(wait(c)), Catch::Contains("linked_channel (test, process 1): the payload header of tag 0 has 3 "
+                                                                 "bytes, but this process expects 8 (the processes disagree"));
 }
 
 namespace {

@@ -220,8 +220,7 @@ TEST_CASE("a large send posted before a long compute completes long before the c
         if (world.rank() == 0) {
             tpipe::sync_wait([](communicator& c, std::vector<std::byte>& x, std::chrono::milliseconds busy) -> task<void> {
                 auto send = c.send(1, 3, x);
-                const auto until = std::chrono::steady_clock::now() + busy;
-                while (std::chrono::steady_clock::now() < until) {}  // compute: no MPI call on this thread
+                tpipe_test::compute_for(busy);
                 co_await send;
             }(world, buf, compute));
         } else if (world.rank() == 1) {
@@ -230,14 +229,9 @@ TEST_CASE("a large send posted before a long compute completes long before the c
         } else {
             std::this_thread::sleep_for(compute + std::chrono::milliseconds(100));  // stay off the cores
         }
-        double out = 0;
-        MPI_Allreduce(&done_after, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        return out;
+        return tpipe_test::slowest(done_after);
     };
-    const double with = trial();
-    tpipe_test::progress.reset();
-    const double without = trial();
-    tpipe_test::progress = std::make_unique<tpipe::mpi::progress_thread>();
+    const auto [with, without] = tpipe_test::with_and_without_progress(trial);
     if (world.rank() == 0)
         std::printf("progress check (%d ranks): 64 MiB received after %.3f s with the progress thread, %.3f s without; the sender "
                     "computes for 1 s\n",

@@ -255,10 +255,7 @@ TEST_CASE("a pipeline payload moves while either end computes (an MPI link and t
     using bytes = std::vector<std::byte>;
     constexpr std::size_t size = std::size_t{64} << 20;
     constexpr auto compute = std::chrono::milliseconds(1000);
-    auto busy = [&] {
-        const auto until = std::chrono::steady_clock::now() + compute;
-        while (std::chrono::steady_clock::now() < until) {}  // compute: no MPI call on this thread
-    };
+    auto busy = [&] { tpipe_test::compute_for(compute); };
     MPI_Comm comm;
     MPI_Comm_dup(MPI_COMM_WORLD, &comm);
     const int me = world_rank();

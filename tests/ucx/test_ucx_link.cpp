@@ -128,21 +128,15 @@ TEST_CASE("a UCX body moves while its receiver computes (MPI's progress thread d
         } else if (me == 1) {
             tpipe::linked_channel<payload> in(ucx.open(e, 0), tpipe::channel_end::receiver, 1);
             in.post(0);
-            const auto until = std::chrono::steady_clock::now() + compute;
-            while (std::chrono::steady_clock::now() < until) {}  // compute
+            tpipe_test::compute_for(compute);
             tpipe::sync_wait([](tpipe::linked_channel<payload>& c) -> tpipe::task<void> { co_await c.arrival(0); }(in));
             CHECK(in.take(0) == payload(bytes, std::byte{3}));  // not REQUIRE: the others wait in the all-reduce below
         } else {
             std::this_thread::sleep_for(compute + std::chrono::milliseconds(100));  // stay off the cores
         }
-        double out = 0;
-        MPI_Allreduce(&sent_after, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        return out;
+        return tpipe_test::slowest(sent_after);
     };
-    const double with = trial();
-    tpipe_test::progress.reset();
-    const double without = trial();
-    tpipe_test::progress = std::make_unique<tpipe::mpi::progress_thread>();
+    const auto [with, without] = tpipe_test::with_and_without_progress(trial);
     if (me == 0)
         std::printf("UCX progress check (%d ranks): 64 MiB sent after %.3f s with the progress thread, %.3f s without; the receiver "
                     "computes for 1 s\n",

@@ -10,11 +10,13 @@
 // - Re-plans happen at interval boundaries (every `freeze_every` steps, default one epoch).
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -52,6 +54,41 @@ auto optional_times(U& u)
     using times = std::conditional_t<std::is_const_v<U>, const std::vector<double>*, std::vector<double>*>;
     return std::array<std::pair<const char*, times>, 4>{
         {{"update", &u.update}, {"reduce", &u.reduce}, {"forward_fixed", &u.forward_fixed}, {"backward_fixed", &u.backward_fixed}}};
+}
+
+//! Why `u` cannot price a model of `units` units, or "" if it can: every unit's forward and
+//! backward time measured (positive, or 0 where its fixed microbatch time is positive: all of it
+//! per microbatch), and each optional time given for none or every unit, the fixed ones finite
+//! and >= 0 (and both or neither). The elastic driver refuses such times, and so does a
+//! checkpoint or plan inputs file that holds them.
+inline std::string unit_seconds_problem(const unit_seconds& u, std::size_t units)
+{
+    const auto count = [](std::size_t n) { return std::to_string(n); };
+    if (u.forward.size() != units || u.backward.size() != units)
+        return "measured unit times for " + count(u.forward.size()) + " forward and " + count(u.backward.size()) +
+               " backward units; the model has " + count(units) + " (measure every unit before planning)";
+    if (u.forward_fixed.empty() != u.backward_fixed.empty())
+        return "fixed microbatch times for " + count(u.forward_fixed.size()) + " forward and " + count(u.backward_fixed.size()) +
+               " backward units; give none, or " + count(units) + " of each (one per unit)";
+    for (const auto& [name, times] : optional_times(u))
+        if (!times->empty() && times->size() != units)
+            return std::string(name) + " times for " + count(times->size()) + " units; give none, or " + count(units) +
+                   " (one per unit)";
+    for (const auto* fixed : {&u.forward_fixed, &u.backward_fixed})
+        for (double s : *fixed)
+            if (!(s >= 0 && std::isfinite(s)))
+                return "a fixed microbatch time is " + std::to_string(s) + " s; each must be a finite number of seconds >= 0";
+    for (const bool fwd : {true, false})
+        for (std::size_t i = 0; i < units; ++i) {
+            const double t = (fwd ? u.forward : u.backward)[i];
+            const std::vector<double>& fixed = fwd ? u.forward_fixed : u.backward_fixed;
+            const bool paid = t > 0 || (t == 0 && !fixed.empty() && fixed[i] > 0);
+            if (!paid || !std::isfinite(t))
+                return "measured unit time " + std::string(fwd ? "forward[" : "backward[") + count(i) + "] is " + std::to_string(t) +
+                       " s; every unit's time must be a positive number of seconds (or 0 where its fixed microbatch time is "
+                       "positive)";
+        }
+    return {};
 }
 
 //! TeraPipe inside the elastic pipeline: at every re-plan the slicing DP cuts the replica's

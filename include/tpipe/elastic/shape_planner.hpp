@@ -6,7 +6,6 @@
 // slices for the new depth on the measured per-unit latencies (stage_token_latency). Every
 // process of a job plans alike from the same unit times.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -99,31 +98,8 @@ public:
           autopipe_(std::move(costs), autopipe_options_of(o), latency_)
     {
         const auto n = static_cast<std::size_t>(units_);
-        detail::require(o.measured.forward.size() == n && o.measured.backward.size() == n,
-                        "elastic driver: measured unit times for " + std::to_string(o.measured.forward.size()) +
-                            " forward and " + std::to_string(o.measured.backward.size()) + " backward units; the model has " +
-                            std::to_string(n) + " (measure every unit before planning)");
-        const unit_seconds& m = o.measured;
-        detail::require((m.forward_fixed.empty() && m.backward_fixed.empty()) ||
-                            (m.forward_fixed.size() == n && m.backward_fixed.size() == n),
-                        "elastic driver: fixed microbatch times for " + std::to_string(m.forward_fixed.size()) +
-                            " forward and " + std::to_string(m.backward_fixed.size()) + " backward units; give none, or " +
-                            std::to_string(n) + " of each (one per unit)");
-        for (const auto* times : {&m.forward_fixed, &m.backward_fixed})
-            for (double s : *times)
-                detail::require(s >= 0 && std::isfinite(s), "elastic driver: a fixed microbatch time is " + std::to_string(s) +
-                                                                " s; each must be a finite number of seconds >= 0");
-        for (const bool fwd : {true, false})
-            for (std::size_t i = 0; i < n; ++i) {
-                const double t = (fwd ? m.forward : m.backward)[i];
-                const std::vector<double>& fixed = fwd ? m.forward_fixed : m.backward_fixed;
-                const bool paid = t > 0 || (t == 0 && !fixed.empty() && fixed[i] > 0);  // all of it per microbatch
-                detail::require(paid && std::isfinite(t), "elastic driver: measured unit time " +
-                                                              std::string(fwd ? "forward[" : "backward[") + std::to_string(i) +
-                                                              "] is " + std::to_string(t) +
-                                                              " s; every unit's time must be a positive number of seconds "
-                                                              "(or 0 where its fixed microbatch time is positive)");
-            }
+        const std::string problem = unit_seconds_problem(o.measured, n);
+        detail::require(problem.empty(), "elastic driver: " + problem);
         detail::require(freezable >= 0 && freezable < units_,
                         "elastic driver: the model says " + std::to_string(freezable) + " of its " + std::to_string(units_) +
                             " units may freeze; at least the last (the head) must stay active");

@@ -164,7 +164,7 @@ private:
         int n = 0;
         check(MPI_Get_count(&st, MPI_BYTE, &n), "MPI_Get_count");
         if (static_cast<std::size_t>(n) != bytes)
-            throw tpipe::detail::size_mismatch("mpi::link", part, tag, peer_, std::to_string(n), bytes);
+            throw tpipe::detail::size_mismatch("mpi::link", part, tag, "process " + std::to_string(peer_), std::to_string(n), bytes);
     }
 
     //! Cancels and frees what an interrupted iteration left posted: receives are cancelled, sends

@@ -122,12 +122,14 @@ Slot& slot_at(std::vector<Slot>& v, int tag, Who&& who)
     return v[static_cast<std::size_t>(tag)];
 }
 
-//! What a link throws when a message part (`part`: "header", "body") of `tag` from process `peer`
-//! has `got` bytes ("more" where the engine only says it was longer) where `expected` were due.
-inline error size_mismatch(const char* who, const char* part, int tag, int peer, const std::string& got, std::size_t expected)
+//! What a link or channel (`who`) throws when a message part (`part`: "header", "body") of `tag`
+//! has `got` bytes ("more" where the engine only says it was longer) where `expected` were due;
+//! `from` names the sender ("process 3"), or is empty where `who` names it already.
+inline error size_mismatch(const std::string& who, const char* part, int tag, const std::string& from, const std::string& got,
+                           std::size_t expected)
 {
-    return error(std::string(who) + ": the payload " + part + " of tag " + std::to_string(tag) + " from process " +
-                 std::to_string(peer) + " has " + got + " bytes, but this process expects " + std::to_string(expected) +
+    return error(who + ": the payload " + part + " of tag " + std::to_string(tag) + (from.empty() ? "" : " from " + from) + " has " +
+                 got + " bytes, but this process expects " + std::to_string(expected) +
                  " (the processes disagree on the payload type or its payload_traits)");
 }
 } // namespace detail

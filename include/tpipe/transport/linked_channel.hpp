@@ -308,9 +308,7 @@ private:
             throw error(who() + ": tag " + std::to_string(tag) + " arrived twice in one iteration");
         const std::span<std::byte> head = header_bytes(s);
         if (header.size() != head.size())
-            throw error(who() + ": the payload header of tag " + std::to_string(tag) + " has " + std::to_string(header.size()) +
-                        " bytes, but this process expects " + std::to_string(head.size()) +
-                        " (the processes disagree on the payload type or its traits)");
+            throw detail::size_mismatch(who(), "header", tag, "", std::to_string(header.size()), head.size());
         if (header.data() != head.data()) std::memcpy(head.data(), header.data(), head.size());
         if (on_device()) {
             if constexpr (device_form) {

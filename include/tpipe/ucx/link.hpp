@@ -270,7 +270,7 @@ inline bool link::received(void*& req, std::size_t bytes, int tag, const char* p
     ucp_request_free(req);
     req = nullptr;
     if (st == UCS_ERR_MESSAGE_TRUNCATED || (st == UCS_OK && info.length != bytes))
-        throw tpipe::detail::size_mismatch("ucx::link", part, tag, peer_,
+        throw tpipe::detail::size_mismatch("ucx::link", part, tag, "process " + std::to_string(peer_),
                                            st == UCS_OK ? std::to_string(info.length) : std::string("more"), bytes);
     detail::check(st, "a payload receive");
     return true;
