@@ -1,5 +1,5 @@
 #pragma once
-// Stands for tpipe::cuda::peer_transport on the CPU: a link transport with every rank here whose
+// Stands for tpipe::cuda::peer_transport on the CPU: a transport with every rank here whose
 // open_within joins two ranks of this process by a link that copies the body (as a device copy
 // does) instead of letting the payload move, and counts what it opened and copied. The copy is
 // made at send, into the payload the channel places; arrival and release come from the next poll,
@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,14 +49,8 @@ private:
     std::vector<int> copied_;  //!< copied, not yet reported
 };
 
-class copying_transport final : public tpipe::link_transport {
+class copying_transport final : public tpipe::all_here {
 public:
-    bool runs(int) const override { return true; }
-    std::string where(int) const override { return {}; }
-    void agree(const std::string&) override {}
-    void fail(const std::string&) override {}
-    std::optional<std::string> failure() override { return std::nullopt; }
-
     std::unique_ptr<tpipe::link> open_within(const tpipe::endpoint& e) override
     {
         ++opened;
@@ -66,12 +59,6 @@ public:
 
     int opened = 0;  //!< links (at runner construction, on one thread)
     std::atomic<int> copies{0};  //!< bodies copied, from any loop
-
-protected:
-    std::unique_ptr<tpipe::link> open(const tpipe::endpoint&) override
-    {
-        throw tpipe::error("copying_transport: every rank runs in this process");
-    }
 };
 
 } // namespace tpipe_test

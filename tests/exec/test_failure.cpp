@@ -349,17 +349,9 @@ TEST_CASE("run_options::stop ends the iteration on every rank with stopped_error
 namespace {
 //! A link transport with every rank here that records the watchdog's reports (stalled), as
 //! tpipe::mpi::transport reports them.
-struct stall_recording final : tpipe::link_transport {
+struct stall_recording final : tpipe::all_here {
     std::vector<std::string> reports;
-    bool runs(int) const override { return true; }
-    std::string where(int) const override { return {}; }
-    void agree(const std::string&) override {}
-    void fail(const std::string&) override {}
-    std::optional<std::string> failure() override { return std::nullopt; }
     void stalled(const std::string& report) noexcept override { reports.push_back(report); }
-
-protected:
-    std::unique_ptr<tpipe::link> open(const tpipe::endpoint&) override { throw tpipe::error("stall_recording: no process to link to"); }
 };
 } // namespace
 

@@ -11,7 +11,6 @@
 //   auto x = tpipe::cuda::make_peer_transport(eng, {0, 1}, {&pool0, &pool1});  // rank r on device r
 //   tpipe::runner r(pipe, prog, eng, x, {.device_of_rank = {0, 1}});            // tpipe::runner<Pipe, E>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +23,7 @@
 namespace tpipe::cuda {
 
 template <peer_copier Copier, payload_pool Pool>
-class basic_peer_transport final : public link_transport {
+class basic_peer_transport final : public all_here {
 public:
     using stream_t = typename Copier::stream_t;
 
@@ -41,12 +40,6 @@ public:
             if (!p) throw invalid_argument("peer_transport: a pool is null; give every pipeline rank the pool of its GPU");
     }
 
-    bool runs(int) const override { return true; }
-    std::string where(int) const override { return {}; }
-    void agree(const std::string&) override {}
-    void fail(const std::string&) override {}
-    std::optional<std::string> failure() override { return std::nullopt; }
-
     //! A peer link between the ranks' GPUs, or none (the payload moves) when they share one.
     std::unique_ptr<link> open_within(const endpoint& e) override
     {
@@ -57,13 +50,6 @@ public:
         const auto from = static_cast<std::size_t>(e.from_rank), to = static_cast<std::size_t>(e.to_rank);
         if (gpu_[from] == gpu_[to]) return nullptr;
         return std::make_unique<basic_peer_link<Copier>>(copier_, gpu_[from], gpu_[to], stream_[to], device_pool_ref(*pool_[to]));
-    }
-
-protected:
-    std::unique_ptr<link> open(const endpoint& e) override
-    {
-        throw error("peer_transport: boundary " + std::to_string(e.boundary) + " leaves this process, but the peer transport joins "
-                    "only GPUs of one process (compose it with a transport between processes: tpipe::composed_transport)");
     }
 
 private:

@@ -83,7 +83,9 @@ protected:
 };
 
 //! Every rank in this process: the runner's default transport; no boundary leaves the process.
-class all_here final : public link_transport {
+//! A transport that joins ranks of this process by links (tpipe::cuda::peer_transport) derives
+//! from it and gives open_within.
+class all_here : public link_transport {
 public:
     bool runs(int) const override { return true; }
     std::string where(int) const override { return {}; }
@@ -94,7 +96,7 @@ public:
 protected:
     std::unique_ptr<link> open(const endpoint&) override
     {
-        throw error("tpipe::all_here: every rank runs in this process, so no boundary needs a link");
+        throw error("tpipe::all_here: every rank runs in this process, so no boundary leaves it");
     }
 };
 
