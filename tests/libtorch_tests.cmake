@@ -81,6 +81,12 @@ if(TPIPE_BUILD_LIBTORCH_EXAMPLES AND TPIPE_BUILD_EXAMPLES)
                      --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 3
                      --stages 2 --schedule zb-h1 --slicer grid:2:8,8 --check --json)
     set_tests_properties(libtorch_gpt_mpi PROPERTIES TIMEOUT 300 PROCESSORS 2 PASS_REGULAR_EXPRESSION "\"check_ok\":true")
+    # --trace: each process writes its own ranks' timeline of the last step (FILE.process<k>).
+    add_test(NAME libtorch_gpt_mpi_trace
+             COMMAND bash -c "rm -f \"$1\".process* && \"$2\" -np 2 $3 \"$4\" --transport mpi --threads 1 --layers 2 --d-model 32 --heads 2 --seq-len 16 --batch 4 --steps 2 --stages 2 --schedule zb-h1 --trace \"$1\" && grep -q '\"name\":\"0W3\"' \"$1\".process0 && grep -q '\"name\":\"1I3\"' \"$1\".process1 && ! grep -q '\"name\":\"1F0\"' \"$1\".process0"
+                     _ ${CMAKE_CURRENT_BINARY_DIR}/libtorch_gpt_trace.json ${MPIEXEC_EXECUTABLE} "${TPIPE_MPIEXEC_FLAGS_TEXT}"
+                     $<TARGET_FILE:train_libtorch_gpt>)
+    set_tests_properties(libtorch_gpt_mpi_trace PROPERTIES TIMEOUT 300 PROCESSORS 2)
     # Two stages per process (ZB-V: stages 0 and 3 on process 0; interleaved: 0 and 2): each
     # process builds and steps its two, and the gathered weights come back in model order.
     foreach(schedule zb-v interleaved)

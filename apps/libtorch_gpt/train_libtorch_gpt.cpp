@@ -69,6 +69,8 @@ const char* usage_text =
     "                    plans: float32 epsilon x the partial sums regrouped over all steps, docs/elastic.md)\n"
     "  --watchdog S      stop a step that makes no progress for S seconds, naming what every rank waits for\n"
     "                    (default 60; 0: never); under MPI it also bounds the set-up before the first step\n"
+    "  --trace FILE      write a Perfetto/Chrome trace of the last step (under --transport mpi, each process\n"
+    "                    its own ranks' to FILE.process<k>)\n"
     "  --save DIR        save checkpoints under DIR (DIR/step-NNNNNNNN/: each stage's parameters and AdamW\n"
     "                    state, written by the process that runs it, committed by one atomic rename)\n"
     "  --save-every N    --save: a checkpoint every N steps (written in the background during the next step)\n"
@@ -143,6 +145,7 @@ flags parse(int argc, char** argv)
     f.o.save_every = r.number("--save-every", f.o.save_every, 1, most);
     f.o.keep = r.number("--keep", f.o.keep, 1, most);
     f.o.resume = r.text("--resume", f.o.resume);
+    f.o.trace = r.text("--trace", "");
     f.elastic = r.flag("--elastic");
     const std::int64_t granularity = r.number<std::int64_t>("--granularity", 0, 1);
     f.steps_given = r.given("--steps");
@@ -171,8 +174,9 @@ flags parse(int argc, char** argv)
         f.o.terapipe_granularity = granularity > 0 ? granularity : std::max<std::int64_t>(1, f.o.seq_len / 16);
     }
     r.applies_only({"--granularity"}, f.o.terapipe_granularity > 0, "applies with --elastic --slicer terapipe");
+    r.applies_only({"--trace"}, !f.o.trace.empty(), "needs a file name, got an empty one");
     r.applies_only({"--stages", "--schedule", "--watchdog", "--check-slicing", "--save", "--save-every",
-                    "--keep", "--resume"},
+                    "--keep", "--resume", "--trace"},
                    !f.elastic,
                    "does not apply with --elastic (it plans its pipelines and slices itself: --devices sets how many "
                    "devices; no checkpoints yet)");
@@ -188,7 +192,7 @@ flags parse(int argc, char** argv)
 #else
     tpipe_examples::check_link("train_libtorch_gpt", f.o.link, false);
 #endif
-    r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog"}, f.o.transport != "none",
+    r.applies_only({"--stages", "--schedule", "--slicer", "--watchdog", "--trace"}, f.o.transport != "none",
                    "does not apply with --transport none (plain libtorch, no pipeline)");
     if (f.o.check_slicing && f.o.transport != "threads")
         throw usage_error("--check-slicing runs every stage in this process: use it with --transport threads (under "

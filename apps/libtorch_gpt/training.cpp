@@ -277,6 +277,7 @@ result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, con
     std::unique_ptr<runner_t> runner;
     tpipe::run_options opts;
     opts.watchdog = std::chrono::seconds(o.watchdog);
+    opts.trace = !o.trace.empty();
     opts.on_stuck = [](const std::string& report) {  // a stage that never returns: this process cannot go on
         std::fprintf(stderr, "train_libtorch_gpt: %s\n", report.c_str());
         std::_Exit(1);
@@ -308,6 +309,7 @@ result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, con
     }
     checkpoints saves(o, prog.stages(), barrier, mine.front() == 0);
     auto t0 = std::chrono::steady_clock::now();
+    tpipe::run_stats last;
     for (int step = r.first_step - 1; step < o.steps; ++step) {
         if (step == r.first_step) t0 = std::chrono::steady_clock::now();  // the first step warms up
         auto [inputs, targets] = tr.data.batch(o.batch, o.seq_len);
@@ -321,7 +323,7 @@ result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, con
             return loss_gradient(u, std::move(logits), targets, tr.tensor, loss);
         };
         tr.optimizer->zero_grad();
-        runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
+        last = runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
         // [/snippet]
         tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
         // Each process holds and steps its own stage's parameters; only the last stage knows the
@@ -334,6 +336,13 @@ result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, con
     }
     saves.finish();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!o.trace.empty()) {  // this process's ranks; each process writes its own file
+        std::string path = o.trace;
+#ifdef TPIPE_LIBTORCH_GPT_MPI
+        if (world) path += ".process" + std::to_string(world->rank());
+#endif
+        tpipe::write_file(path, last.trace("train_libtorch_gpt last step"), "trace file");
+    }
     r.speaks = where.speaks;
     return r;
 }

@@ -39,6 +39,7 @@ struct options {
     int save_every = 0;                 //!< steps between checkpoints (with save)
     int keep = 0;                       //!< newest checkpoints kept (0: all)
     std::string resume;                 //!< checkpoint (or run directory) to continue from
+    std::string trace;                  //!< Perfetto/Chrome trace of the last step to this file (under MPI: FILE.process<k>)
     //! result::weights holds every parameter (on every process); false: only result::weights_fnv,
     //! so that over MPI no process ever holds the whole model.
     bool keep_weights = true;
