@@ -1,12 +1,12 @@
 #pragma once
 // The byte link: all that an engine (MPI, UCX, NCCL, CUDA peer copies...) implements to carry
 // pipeline payloads. A link is one direction of one stage boundary between this process and one
-// other, or between two devices of this process; it moves messages of a header and a body, keyed by a tag, and knows nothing of payload
-// types. tpipe::linked_channel<T> (tpipe/transport/linked_channel.hpp) is the typed channel,
-// written once over any link: its slots, tag checks, take, waits, stop and drain. A link_engine
-// opens the links of a process's boundaries; tpipe::mpi::transport takes one (its own MPI
-// engine by default, tpipe::ucx::engine for UCX), so a new engine is one file: a link and its
-// engine.
+// other, or between two devices of this process; it moves messages of a header and a body,
+// keyed by a tag, and knows nothing of payload types. tpipe::linked_channel<T>
+// (tpipe/transport/linked_channel.hpp) is the typed channel, written once over any link: its
+// slots, tag checks, take, waits, stop and drain. A link_engine opens the links of a process's
+// boundaries; tpipe::mpi::transport takes one (its own MPI engine by default,
+// tpipe::ucx::engine for UCX), so a new engine is one file: a link and its engine.
 //
 // The contract. The channel calls a link under its lock (its own, or the one its link shares:
 // shared_lock()), so one call at a time per link; links of one engine may be called from several
