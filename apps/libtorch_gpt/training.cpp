@@ -324,6 +324,7 @@ result pipelined(const options& o, trainer& tr, tpipe::link_transport* over, con
         };
         tr.optimizer->zero_grad();
         last = runner->run(io);  // forward and backward of every unit: the parameters' .grad() are the batch's
+                                 // (last: the step's statistics, for --trace)
         // [/snippet]
         tpipe::libtorch::sum_tied_gradients(pipe);  // (the GPT's head is untied: nothing to add)
         // Each process holds and steps its own stage's parameters; only the last stage knows the

@@ -14,12 +14,12 @@
 // naming the tag and both GPUs, from send, or from the waits of both ends.
 #include <concepts>
 #include <cstddef>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "tpipe/core/error.hpp"
 #include "tpipe/cuda/cuda_error.hpp"
@@ -77,17 +77,17 @@ public:
     //! The sender places the body (send): nothing to receive.
     void post(int, std::span<std::byte>) override {}
 
+    //! The copies run in order on one stream: the oldest completes (or fails) first, so a failure
+    //! is reported for the copy that failed, not for a later one whose marker the stream's error
+    //! reached.
     void poll(link_events& events, bool) override
     {
-        for (std::size_t i = 0; i < copying_.size();) {
-            const auto [tag, marker] = copying_[i];
+        while (!copying_.empty()) {
+            const auto [tag, marker] = copying_.front();
             const int rc = copier_.query(marker);
-            if (rc == 1) {
-                ++i;
-                continue;
-            }
+            if (rc == 1) return;
             copier_.release(marker);
-            copying_.erase(copying_.begin() + static_cast<std::ptrdiff_t>(i));
+            copying_.pop_front();
             if (rc != 0)
                 throw cuda_error("peer_link: the copy of tag " + std::to_string(tag) + " from GPU " + std::to_string(src_gpu_) +
                                      " to GPU " + std::to_string(dst_gpu_) + " failed: " + copier_.describe_stream(rc),
@@ -120,7 +120,7 @@ private:
     stream_t stream_;
     device_pool_ref pool_;
     link_events* events_ = nullptr;
-    std::vector<copy> copying_;  //!< in the order they were enqueued
+    std::deque<copy> copying_;  //!< in the order they were enqueued
 };
 
 } // namespace tpipe::cuda
