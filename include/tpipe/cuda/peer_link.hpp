@@ -89,8 +89,8 @@ public:
             copier_.release(marker);
             copying_.pop_front();
             if (rc != 0)
-                throw cuda_error("peer_link: the copy of tag " + std::to_string(tag) + " from GPU " + std::to_string(src_gpu_) +
-                                     " to GPU " + std::to_string(dst_gpu_) + " failed: " + copier_.describe_stream(rc),
+                throw cuda_error("peer_link: the copy of tag " + std::to_string(tag) + " from " + peer() + " failed: " +
+                                     copier_.describe_stream(rc),
                                  rc, "cudaMemcpyPeerAsync");
             events.arrived(tag);
             events.sent(tag);
