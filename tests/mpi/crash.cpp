@@ -6,7 +6,9 @@
 // (stop_before_STEP) the environment bounds set-up by 2 s and the last process stops itself
 // before one set-up step: launch (a launch agreement, tpipe::mpi::agree), world (a communicator
 // of every process), split (its split), transport (the transport's layout agreement) or runner
-// (the runner's agree); or (stop_while_busy) under a 2 s watchdog the last process works for 3 s
+// (the runner's agree); or (stop_inside_split) the last process begins the split (its first
+// exchange made: a barrier over the communicator, as a member stopped inside MPI_Comm_split has
+// made its first exchanges) and stops; or (stop_while_busy) under a 2 s watchdog the last process works for 3 s
 // in a busy section (communicator::busy: "profiling the plan", as train_gpt's process 0 does
 // while the others wait to receive the plan), then stops itself in it. Each process prints what
 // it saw; the check asserts that the job ends within the watchdog time, naming the rank.
@@ -49,7 +51,7 @@ struct dying : synth::stage<false> {
 int main(int argc, char** argv)
 {
     const std::string how = argc > 1 ? argv[1] : "throw";
-    const bool in_setup = how.starts_with("stop_before_");
+    const bool in_setup = how.starts_with("stop_before_") || how == "stop_inside_split";
     tpipe::mpi::environment_options eo;
     if (in_setup) eo.watchdog = std::chrono::seconds(2);
     tpipe::mpi::environment env(argc, argv, eo);
@@ -82,6 +84,12 @@ int main(int argc, char** argv)
             return 0;
         }
         stop_before("split");
+        if (how == "stop_inside_split" && me == n - 1) {
+            MPI_Request begun = MPI_REQUEST_NULL;
+            MPI_Ibarrier(world.native(), &begun);
+            std::cout << "process " << me << ": stopping inside split, pid " << getpid() << "\n" << std::flush;
+            std::raise(SIGSTOP);
+        }
         auto halves = world.split(me % 2, me);
         stop_before("transport");
         tpipe::mpi::transport x(tpipe::layout::one_rank_per_process(n), 0);

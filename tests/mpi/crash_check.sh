@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A process that throws, exits or is killed mid-iteration: the whole job must end (non-zero)
 # within the watchdog time, and what it prints must name the failed rank.
-#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end|stop_before_STEP|stop_while_busy
+#   crash_check.sh MPIEXEC "FLAGS" CRASH_EXE throw|exit|kill|uncaught|stop_at_end|stop_before_STEP|stop_inside_split|stop_while_busy
 set -u
 mpiexec=$1 flags=$2 exe=$3 how=$4
 start=$(date +%s)
@@ -37,6 +37,12 @@ case $how in
          esac
          grep -q "process 1: stopping before $step" <<<"$out" || fail "process 1 did not stop before $step"
          grep -Fq "process 0: watchdog: process 0 waits in $waits #" <<<"$out" || fail "process 0 did not name its wait in $waits"
+         grep -Eq "made no progress for 2\.[0-9] s \(the bound is 2\.0 s\); process 1 is silent: not in this collective" <<<"$out" ||
+           fail "process 0 did not name process 1 as silent within the bound" ;;
+  stop_inside_split)
+         grep -q "process 1: stopping inside split" <<<"$out" || fail "process 1 did not stop"
+         grep -Fq "process 0: watchdog: process 0 waits in tpipe::mpi::communicator::split #" <<<"$out" ||
+           fail "process 0 did not name its wait in the split"
          grep -Eq "made no progress for 2\.[0-9] s \(the bound is 2\.0 s\); process 1 is silent: not in this collective" <<<"$out" ||
            fail "process 0 did not name process 1 as silent within the bound" ;;
   stop_while_busy)

@@ -327,11 +327,9 @@ public:
         if (color < 0)
             throw invalid_argument("tpipe::mpi::communicator::split: color " + std::to_string(color) + " on rank " +
                                    std::to_string(rank()) + " is negative; colors must be >= 0 (and every rank calls split)");
-        // MPI_Comm_split has no nonblocking form: with a set-up bound, first make sure every
-        // member has arrived (a member stopped before it would hang the others in it).
-        detail::setup_arrive(s_->comm, "tpipe::mpi::communicator::split");
-        MPI_Comm c = MPI_COMM_NULL;
-        check(MPI_Comm_split(s_->comm, color, key, &c), "MPI_Comm_split");
+        // MPI_Comm_split has no nonblocking form: bounded, it runs beside a poll of the bound.
+        const MPI_Comm c = detail::setup_make("tpipe::mpi::communicator::split",
+                                              [parent = s_->comm, color, key](MPI_Comm* out) { return MPI_Comm_split(parent, color, key, out); });
         communicator out(c, adopt{});
         out.s_->order = s_->order;
         out.s_->chunk_bytes = s_->chunk_bytes;

@@ -216,13 +216,12 @@ private:
     //! thread then shares its rank's core, as measured).
     static bool spare_core()
     {
-        detail::setup_arrive(MPI_COMM_WORLD, "tpipe::mpi::environment (MPI_Comm_split_type)");
-        MPI_Comm node = MPI_COMM_NULL;
+        MPI_Comm node = detail::setup_make("tpipe::mpi::environment (MPI_Comm_split_type)", [](MPI_Comm* out) {
+            return MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, out);
+        });
         int here = 1;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-            MPI_Comm_size(node, &here);
-            MPI_Comm_free(&node);
-        }
+        MPI_Comm_size(node, &here);
+        MPI_Comm_free(&node);
         return static_cast<int>(std::thread::hardware_concurrency()) > here;
     }
 

@@ -7,16 +7,16 @@
 // Why: a process that stops before the first step (SIGSTOP, a debugger) leaves the others in a
 // set-up collective, where no communicator's watchdog looks, and MPI never times out.
 //
-// How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split, which
-// has no nonblocking form, after an MPI_Ibarrier that tells whether every member arrived) and
-// polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the environment makes
-// when it starts. So a process that has waited for the bound names the processes that did not
+// How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split,
+// which has no nonblocking form, runs on a thread of its own) and polled through one stall_watch
+// over a duplicate of MPI_COMM_WORLD that the environment makes when it starts. So a process that has waited for the bound names the processes that did not
 // arrive and what the others wait in, as a communicator's watchdog does, and throws
 // tpipe::watchdog_error (also written to stderr); the environment then ends the job with
 // MPI_Abort. Set-up collectives are made from one thread at a time (as MPI requires of a
 // communicator's collectives); polls from two threads at once are serialised.
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -79,26 +79,16 @@ inline void keep_abandoned(std::unique_ptr<T> buffers)
     kept->push_back(buffers.release());
 }
 
-//! Waits for `req`, the set-up collective `what`. Bounded: polls it, and once it has waited for
-//! the bound throws tpipe::watchdog_error naming the processes that did not arrive; the request
-//! is then abandoned (the caller leaves its buffers to MPI; the job ends).
-inline void setup_wait(MPI_Request& req, const char* what)
+//! Polls `done()` until it is true. Bounded (set-up collective number `seq`, `what`): once it
+//! has waited for the bound, throws tpipe::watchdog_error naming the processes that did not
+//! arrive (the wait is abandoned; the job ends).
+template <class Done>
+inline void setup_poll(std::uint64_t seq, const char* what, Done&& done)
 {
     auto& s = setup_watch();
-    std::uint64_t seq = 0;
-    {
-        std::lock_guard<std::mutex> g(s.m);
-        if (s.watch) seq = ++s.waits;
-    }
-    if (seq == 0) {
-        check(MPI_Wait(&req, MPI_STATUS_IGNORE), what);
-        return;
-    }
     const auto since = watch_clock::now();
     for (int polls = 0;; ++polls) {
-        int done = 0;
-        check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
-        if (done) return;
+        if (done()) return;
         std::string report;
         {
             std::lock_guard<std::mutex> g(s.m);
@@ -114,6 +104,31 @@ inline void setup_wait(MPI_Request& req, const char* what)
         if (polls < 1000) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+}
+
+//! The number of the next bounded set-up collective, or 0 when set-up is not bounded.
+inline std::uint64_t next_setup_wait()
+{
+    auto& s = setup_watch();
+    std::lock_guard<std::mutex> g(s.m);
+    return s.watch ? ++s.waits : 0;
+}
+
+//! Waits for `req`, the set-up collective `what`. Bounded: polls it, and once it has waited for
+//! the bound throws tpipe::watchdog_error naming the processes that did not arrive; the request
+//! is then abandoned (the caller leaves its buffers to MPI; the job ends).
+inline void setup_wait(MPI_Request& req, const char* what)
+{
+    const std::uint64_t seq = next_setup_wait();
+    if (seq == 0) {
+        check(MPI_Wait(&req, MPI_STATUS_IGNORE), what);
+        return;
+    }
+    setup_poll(seq, what, [&] {
+        int done = 0;
+        check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what);
+        return done != 0;
+    });
 }
 
 //! Whether set-up collectives are bounded now.
@@ -152,14 +167,40 @@ inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
     return *out;
 }
 
-//! Every member of `comm` has arrived here (an MPI_Ibarrier, bounded), before a blocking set-up
-//! collective that has no nonblocking form (MPI_Comm_split).
-inline void setup_arrive(MPI_Comm comm, const char* what)
+//! The communicator that `make(&out)` makes, a blocking set-up collective with no nonblocking
+//! form (MPI_Comm_split, MPI_Comm_split_type; it returns MPI's error code). Bounded, it runs on a
+//! thread of its own while this one polls it against the bound: a member that stops anywhere in
+//! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
+//! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
+//! the split, hung the others (the elastic stall test, stopping a process while it re-planned).
+template <class Make>
+inline MPI_Comm setup_make(const char* what, Make make)
 {
-    if (!setup_bounded()) return;
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Ibarrier(comm, &req), what);
-    setup_wait(req, what);
+    const std::uint64_t seq = next_setup_wait();
+    if (seq == 0) {
+        MPI_Comm out = MPI_COMM_NULL;
+        check(make(&out), what);
+        return out;
+    }
+    struct call {
+        std::atomic<bool> done{false};
+        int rc = MPI_SUCCESS;
+        MPI_Comm out = MPI_COMM_NULL;
+    };
+    auto c = std::make_shared<call>();  // shared with the thread, which may outlive this wait
+    std::thread t([c, make = std::move(make)]() mutable {
+        c->rc = make(&c->out);
+        c->done.store(true, std::memory_order_release);
+    });
+    try {
+        setup_poll(seq, what, [&] { return c->done.load(std::memory_order_acquire); });
+    } catch (...) {
+        t.detach();
+        throw;
+    }
+    t.join();
+    check(c->rc, what);
+    return c->out;
 }
 
 } // namespace tpipe::mpi::detail
