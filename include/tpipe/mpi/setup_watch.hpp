@@ -173,6 +173,15 @@ inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
 //! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
 //! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
 //! the split, hung the others (the elastic stall test, stopping a process while it re-planned).
+//! Blocking set-up collectives running on their threads now (setup_make), abandoned ones
+//! included: a test that lets an abandoned one complete waits for this to be 0 before it frees
+//! the communicator.
+inline std::atomic<int>& setup_calls_running() noexcept
+{
+    static std::atomic<int> n{0};
+    return n;
+}
+
 template <class Make>
 inline MPI_Comm setup_make(const char* what, Make make)
 {
@@ -188,9 +197,11 @@ inline MPI_Comm setup_make(const char* what, Make make)
         MPI_Comm out = MPI_COMM_NULL;
     };
     auto c = std::make_shared<call>();  // shared with the thread, which may outlive this wait
+    setup_calls_running().fetch_add(1);
     std::thread t([c, make = std::move(make)]() mutable {
         c->rc = make(&c->out);
         c->done.store(true, std::memory_order_release);
+        setup_calls_running().fetch_sub(1);
     });
     try {
         setup_poll(seq, what, [&] { return c->done.load(std::memory_order_acquire); });
