@@ -172,7 +172,7 @@ inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
 //! thread of its own while this one polls it against the bound: a member that stops anywhere in
 //! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
 //! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
-//! the split, hung the others (the elastic stall test, stopping a process while it re-planned).
+//! the split, hangs the others (tests/mpi/crash.cpp, stop_inside_split).
 //! Blocking set-up collectives running on their threads now (setup_make), abandoned ones
 //! included: a test that lets an abandoned one complete waits for this to be 0 before it frees
 //! the communicator.
