@@ -172,7 +172,7 @@ TEST_CASE("a linked channel refuses a header of another size than its payload's,
     tpipe::linked_channel<std::vector<float>> c(std::make_unique<wrong_header_link>(), tpipe::channel_end::receiver, 1);
     auto wait = [](tpipe::linked_channel<std::vector<float>>& ch) -> tpipe::task<void> { co_await ch.arrival(0); };
     CHECK_THROWS_WITH(tpipe::sync_wait(wait(c)), Catch::Contains("linked_channel (test, process 1): the payload header of tag 0 has 3 "
-                                                                 "bytes, but this process expects 8 (the processes disagree"));
+                                                                 "bytes, but this process expects 8 (the two ends disagree"));
 }
 
 namespace {

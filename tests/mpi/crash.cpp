@@ -8,10 +8,11 @@
 // of every process), split (its split), transport (the transport's layout agreement) or runner
 // (the runner's agree); or (stop_inside_split) the last process begins the split (its first
 // exchange made: a barrier over the communicator, as a member stopped inside MPI_Comm_split has
-// made its first exchanges) and stops; or (stop_while_busy) under a 2 s watchdog the last process works for 3 s
-// in a busy section (communicator::busy: "profiling the plan", as train_gpt's process 0 does
-// while the others wait to receive the plan), then stops itself in it. Each process prints what
-// it saw; the check asserts that the job ends within the watchdog time, naming the rank.
+// made its first exchanges) and stops; or (stop_while_busy) under a 2 s watchdog the last
+// process works for 3 s in a busy section (communicator::busy: "profiling the plan", as
+// train_gpt's process 0 does while the others wait to receive the plan), then stops itself in
+// it. Each process prints what it saw; the check asserts that the job ends within the watchdog
+// time, naming the rank.
 #include <csignal>
 #include <cstdlib>
 #include <iostream>

@@ -9,11 +9,12 @@
 //
 // How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split,
 // which has no nonblocking form, runs on a thread of its own) and polled through one stall_watch
-// over a duplicate of MPI_COMM_WORLD that the environment makes when it starts. So a process that has waited for the bound names the processes that did not
-// arrive and what the others wait in, as a communicator's watchdog does, and throws
-// tpipe::watchdog_error (also written to stderr); the environment then ends the job with
-// MPI_Abort. Set-up collectives are made from one thread at a time (as MPI requires of a
-// communicator's collectives); polls from two threads at once are serialised.
+// over a duplicate of MPI_COMM_WORLD that the environment makes when it starts. So a process
+// that has waited for the bound names the processes that did not arrive and what the others
+// wait in, as a communicator's watchdog does, and throws tpipe::watchdog_error (also written to
+// stderr); the environment then ends the job with MPI_Abort. Set-up collectives are made from
+// one thread at a time (as MPI requires of a communicator's collectives); polls from two threads
+// at once are serialised.
 #include <mpi.h>
 
 #include <atomic>
@@ -167,12 +168,6 @@ inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
     return *out;
 }
 
-//! The communicator that `make(&out)` makes, a blocking set-up collective with no nonblocking
-//! form (MPI_Comm_split, MPI_Comm_split_type; it returns MPI's error code). Bounded, it runs on a
-//! thread of its own while this one polls it against the bound: a member that stops anywhere in
-//! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
-//! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
-//! the split, hangs the others (tests/mpi/crash.cpp, stop_inside_split).
 //! Blocking set-up collectives running on their threads now (setup_make), abandoned ones
 //! included: a test that lets an abandoned one complete waits for this to be 0 before it frees
 //! the communicator.
@@ -182,6 +177,12 @@ inline std::atomic<int>& setup_calls_running() noexcept
     return n;
 }
 
+//! The communicator that `make(&out)` makes, a blocking set-up collective with no nonblocking
+//! form (MPI_Comm_split, MPI_Comm_split_type; it returns MPI's error code). Bounded, it runs on a
+//! thread of its own while this one polls it against the bound: a member that stops anywhere in
+//! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
+//! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
+//! the split, hangs the others (tests/mpi/crash.cpp, stop_inside_split).
 template <class Make>
 inline MPI_Comm setup_make(const char* what, Make make)
 {
@@ -198,11 +199,17 @@ inline MPI_Comm setup_make(const char* what, Make make)
     };
     auto c = std::make_shared<call>();  // shared with the thread, which may outlive this wait
     setup_calls_running().fetch_add(1);
-    std::thread t([c, make = std::move(make)]() mutable {
-        c->rc = make(&c->out);
-        c->done.store(true, std::memory_order_release);
+    std::thread t;
+    try {
+        t = std::thread([c, make = std::move(make)]() mutable {
+            c->rc = make(&c->out);
+            c->done.store(true, std::memory_order_release);
+            setup_calls_running().fetch_sub(1);
+        });
+    } catch (...) {
         setup_calls_running().fetch_sub(1);
-    });
+        throw;
+    }
     try {
         setup_poll(seq, what, [&] { return c->done.load(std::memory_order_acquire); });
     } catch (...) {

@@ -130,7 +130,7 @@ inline error size_mismatch(const std::string& who, const char* part, int tag, co
 {
     return error(who + ": the payload " + part + " of tag " + std::to_string(tag) + (from.empty() ? "" : " from " + from) + " has " +
                  got + " bytes, but this process expects " + std::to_string(expected) +
-                 " (the processes disagree on the payload type or its payload_traits)");
+                 " (the two ends disagree on the payload type or its payload_traits)");
 }
 } // namespace detail
 
