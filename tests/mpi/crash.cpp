@@ -5,7 +5,8 @@
 // communicator, and the last process stops itself (SIGSTOP) after it, before MPI_Finalize; or
 // (stop_before_STEP) the environment bounds set-up by 2 s and the last process stops itself
 // before one set-up step: launch (a launch agreement, tpipe::mpi::agree), world (a communicator
-// of every process), split (its split), transport (the transport's layout agreement) or runner
+// of every process), nccl_id (NCCL's unique id over MPI, exchange_through_mpi), split (its
+// split), transport (the transport's layout agreement) or runner
 // (the runner's agree); or (stop_inside_split) the last process begins the split (its first
 // exchange made: a barrier over the communicator, as a member stopped inside MPI_Comm_split has
 // made its first exchanges) and stops; or (stop_while_busy) under a 2 s watchdog the last
@@ -31,6 +32,7 @@
 #include "tpipe/mpi/communicator.hpp"
 #include "tpipe/mpi/environment.hpp"
 #include "tpipe/mpi/transport.hpp"
+#include "tpipe/nccl/mpi_bootstrap.hpp"
 
 namespace {
 //! A synthetic stage that dies its own way at the forward of microbatch 1.
@@ -84,6 +86,10 @@ int main(int argc, char** argv)
             }(world, plan, n - 1));
             return 0;
         }
+        // NCCL's bootstrap over MPI (bytes only, no NCCL needed), rooted at the process that
+        // stops: the others wait for its id (a root does not wait for the receivers).
+        stop_before("nccl_id");
+        (void)tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, [] { return tpipe::nccl::unique_id{}; }, n - 1);
         stop_before("split");
         if (how == "stop_inside_split" && me == n - 1) {
             MPI_Request begun = MPI_REQUEST_NULL;

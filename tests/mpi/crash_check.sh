@@ -31,6 +31,7 @@ case $how in
          case $step in
            launch) waits="tpipe::mpi::agree" ;;
            world) waits="tpipe::mpi::communicator (MPI_Comm_dup)" ;;
+           nccl_id) waits="tpipe::nccl::exchange_through_mpi (MPI_Ibcast of the ncclUniqueId)" ;;
            split) waits="tpipe::mpi::communicator::split" ;;
            transport) waits="tpipe::mpi::transport (the layout agreement)" ;;
            runner) waits="tpipe::mpi::transport::agree (the runner's program)" ;;

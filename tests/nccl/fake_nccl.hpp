@@ -93,6 +93,7 @@ struct group_obj {  //!< the members of one NCCL communicator
 struct comm_obj {
     group_obj* group = nullptr;
     int rank = 0;
+    int gpu = 0;  //!< the GPU current on the thread that made it (NCCL binds a communicator to it)
     bool aborted = false, destroyed = false;
     int async_error = 0;
     std::string last_error;
@@ -172,6 +173,7 @@ public:
         }
         if (p.group->size != n || p.group->members[static_cast<std::size_t>(rank)]) return invalid_argument;
         out = new_comm(p.group, rank);
+        (void)device_.get_device(&out->gpu);
         ++p.arrived;
         cv_.notify_all();
         cv_.wait(g, [&] { return p.arrived == n; });
@@ -214,6 +216,7 @@ public:
             }
         }
         out = s.result[c->rank];
+        (void)device_.get_device(&out->gpu);
         return success;
     }
 

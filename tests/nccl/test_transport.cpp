@@ -4,7 +4,13 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "affine.hpp"
@@ -274,4 +280,72 @@ TEST_CASE("nccl transport: the runner over NCCL is the runner of threads and MPI
         CHECK_NOTHROW(x.connect<dvec>(e));  // the right one
     });
     CHECK(no_errors(errors));
+}
+
+namespace {
+
+//! A control plane that declares a set-up bound (as tpipe::mpi::transport does under the
+//! environment's watchdog): each set-up step runs on a thread of its own, and is recorded.
+class bounding_control : public tpipe::nccl::fake::control {
+public:
+    using control::control;
+    template <class Call>
+    auto bounded_setup(const char* what, Call call)
+    {
+        steps.emplace_back(what);
+        std::invoke_result_t<Call&> out;
+        std::thread([&] { out = call(); }).join();
+        return out;
+    }
+    std::vector<std::string> steps;
+};
+
+} // namespace
+
+TEST_CASE("nccl transport: made from a unique id under a control plane's set-up bound, NCCL's init and split run there, on "
+          "the caller's GPU, and the pipeline equals the one-process run",
+          "[nccl][transport]")
+{
+    const int P = 2, M = 4;
+    const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(M));
+    std::mutex m;
+    recorded ref_io;
+    auto ref = affine_stages(P);
+    {
+        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
+        tpipe::cpu_engine eng(P);
+        tpipe::run(pipe, prog, eng, io_into(ref_io, m));
+    }
+    tpipe::nccl::fake::world w(P);  // a GPU per process
+    tpipe::nccl::fake::notice_board board(P);
+    tpipe::nccl::fake::host_pool pool;
+    const auto layout = tpipe::layout::one_rank_per_process(P);
+    tpipe::nccl::unique_id id;
+    REQUIRE(tpipe::nccl::fake::api{&w}.get_unique_id(id) == 0);
+    auto stages_of = std::vector<std::vector<affine>>(static_cast<std::size_t>(P), affine_stages(P));
+    std::vector<std::vector<std::string>> steps(P);
+    std::vector<std::pair<int, int>> gpus(P);
+    recorded got;
+    auto errors = on_threads(P, [&](int me) {
+        if (w.device().set_device(me) != 0) throw std::runtime_error("no fake GPU " + std::to_string(me));
+        bounding_control ctl(layout, me, board);
+        tpipe::nccl::basic_transport<tpipe::nccl::fake::api, bounding_control, tpipe::nccl::fake::host_pool> x(
+            tpipe::nccl::fake::api{&w}, id, ctl, pool);
+        steps[me] = ctl.steps;
+        gpus[me] = {x.up_comm()->gpu, x.down_comm()->gpu};
+        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
+            std::vector<std::reference_wrapper<affine>>(stages_of[me].begin(), stages_of[me].end()));
+        tpipe::cpu_engine eng(P);
+        tpipe::runner r(pipe, prog, eng, x, with_watchdog());
+        r.run(io_into(got, m));
+    });
+    REQUIRE(no_errors(errors));
+    for (int me = 0; me < P; ++me) {
+        CAPTURE(me);
+        CHECK(steps[me] == std::vector<std::string>{"tpipe::nccl::transport: ncclCommInitRank",
+                                                    "tpipe::nccl::transport: ncclCommSplit (the second communicator)"});
+        CHECK(gpus[me] == std::pair{me, me});  // made on the bounding threads, bound to the caller's GPU
+    }
+    CHECK(got.outputs == ref_io.outputs);
+    CHECK(got.input_grads == ref_io.input_grads);
 }

@@ -2,14 +2,17 @@
 // tpipe::mpi::detail::setup_*: the bound on the blocking set-up collectives tpipe makes before a
 // communicator has a watchdog of its own: the launch agreement (tpipe::mpi::agree, also the
 // transport's layout agreement and the runner's agree), making a communicator (MPI_Comm_dup),
-// its split, and set_watchdog's own duplicate. environment_options::watchdog sets the bound.
+// its split, and set_watchdog's own duplicate; and what builds on them (NCCL's unique id over
+// MPI, tpipe::nccl::transport's set-up through tpipe::mpi::transport::bounded_setup).
+// environment_options::watchdog sets the bound.
 //
 // Why: a process that stops before the first step (SIGSTOP, a debugger) leaves the others in a
 // set-up collective, where no communicator's watchdog looks, and MPI never times out.
 //
-// How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split,
-// which has no nonblocking form, runs on a thread of its own) and polled through one stall_watch
-// over a duplicate of MPI_COMM_WORLD that the environment makes when it starts. So a process
+// How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split
+// and NCCL's set-up calls, which have no nonblocking form, run on a thread of their own:
+// setup_run) and polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the
+// environment makes when it starts. So a process
 // that has waited for the bound names the processes that did not arrive and what the others
 // wait in, as a communicator's watchdog does, and throws tpipe::watchdog_error (also written to
 // stderr); the environment then ends the job with MPI_Abort. Set-up collectives are made from
@@ -21,10 +24,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tpipe/exec/errors.hpp"
@@ -168,42 +175,48 @@ inline MPI_Comm setup_dup(MPI_Comm parent, const char* what)
     return *out;
 }
 
-//! Blocking set-up collectives running on their threads now (setup_make), abandoned ones
-//! included: a test that lets an abandoned one complete waits for this to be 0 before it frees
-//! the communicator.
+//! Blocking set-up calls running on their threads now (setup_run), abandoned ones included: a
+//! test that lets an abandoned one complete waits for this to be 0 before it frees what it used.
 inline std::atomic<int>& setup_calls_running() noexcept
 {
     static std::atomic<int> n{0};
     return n;
 }
 
-//! The communicator that `make(&out)` makes, a blocking set-up collective with no nonblocking
-//! form (MPI_Comm_split, MPI_Comm_split_type; it returns MPI's error code). Bounded, it runs on a
-//! thread of its own while this one polls it against the bound: a member that stops anywhere in
-//! it, even after the exchanges began, is named, and the thread is left blocked in MPI (the job
-//! ends). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
-//! the split, hangs the others (tests/mpi/crash.cpp, stop_inside_split).
-template <class Make>
-inline MPI_Comm setup_make(const char* what, Make make)
+//! Runs `call()`, a blocking set-up step that every process makes together and that has no
+//! nonblocking form (MPI_Comm_split, ncclCommInitRank), and returns its result (its exception
+//! propagates). Bounded, it runs on a thread of its own while this one polls it against the
+//! bound: a member that stops anywhere in it, even after the exchanges began, is named, and the
+//! thread is left blocked in the call (the job ends), so `call` must own what it uses (capture
+//! by value). An MPI_Ibarrier before it would not do: a member stopped after the barrier, inside
+//! the call, hangs the others (tests/mpi/crash.cpp, stop_inside_split).
+template <class Call>
+inline std::invoke_result_t<Call&> setup_run(const char* what, Call call)
 {
+    using result = std::invoke_result_t<Call&>;
     const std::uint64_t seq = next_setup_wait();
-    if (seq == 0) {
-        MPI_Comm out = MPI_COMM_NULL;
-        check(make(&out), what);
-        return out;
-    }
-    struct call {
+    if (seq == 0) return call();
+    struct state {
         std::atomic<bool> done{false};
-        int rc = MPI_SUCCESS;
-        MPI_Comm out = MPI_COMM_NULL;
+        std::optional<std::conditional_t<std::is_void_v<result>, bool, result>> value;
+        std::exception_ptr error;
     };
-    auto c = std::make_shared<call>();  // shared with the thread, which may outlive this wait
+    auto st = std::make_shared<state>();  // shared with the thread, which may outlive this wait
     setup_calls_running().fetch_add(1);
     std::thread t;
     try {
-        t = std::thread([c, make = std::move(make)]() mutable {
-            c->rc = make(&c->out);
-            c->done.store(true, std::memory_order_release);
+        t = std::thread([st, call = std::move(call)]() mutable {
+            try {
+                if constexpr (std::is_void_v<result>) {
+                    call();
+                    st->value.emplace(true);
+                } else {
+                    st->value.emplace(call());
+                }
+            } catch (...) {
+                st->error = std::current_exception();
+            }
+            st->done.store(true, std::memory_order_release);
             setup_calls_running().fetch_sub(1);
         });
     } catch (...) {
@@ -211,14 +224,28 @@ inline MPI_Comm setup_make(const char* what, Make make)
         throw;
     }
     try {
-        setup_poll(seq, what, [&] { return c->done.load(std::memory_order_acquire); });
+        setup_poll(seq, what, [&] { return st->done.load(std::memory_order_acquire); });
     } catch (...) {
         t.detach();
         throw;
     }
     t.join();
-    check(c->rc, what);
-    return c->out;
+    if (st->error) std::rethrow_exception(st->error);
+    if constexpr (!std::is_void_v<result>) return std::move(*st->value);
+}
+
+//! The communicator that `make(&out)` makes (it returns MPI's error code): setup_run of a
+//! blocking MPI set-up collective (MPI_Comm_split, MPI_Comm_split_type).
+template <class Make>
+inline MPI_Comm setup_make(const char* what, Make make)
+{
+    const auto [rc, out] = setup_run(what, [make = std::move(make)]() mutable {
+        MPI_Comm c = MPI_COMM_NULL;
+        const int r = make(&c);
+        return std::pair{r, c};
+    });
+    check(rc, what);
+    return out;
 }
 
 } // namespace tpipe::mpi::detail

@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tpipe/core/error.hpp"
@@ -111,6 +112,16 @@ public:
     void agree(const std::string& text) override
     {
         mpi::agree(control_, text, "mpi::transport", "tpipe::mpi::transport::agree (the runner's program)");
+    }
+
+    //! Runs `call()`, a blocking set-up step that every process of the job makes together (a
+    //! transport built on this one as its control plane: tpipe::nccl::transport's
+    //! ncclCommInitRank), under the environment's set-up bound: a process that never arrives is
+    //! named instead of waited for (detail::setup_run; `call` may run on a thread of its own).
+    template <class Call>
+    auto bounded_setup(const char* what, Call call)
+    {
+        return detail::setup_run(what, std::move(call));
     }
 
     //! Tells every other process that this one's iteration failed (never blocks).

@@ -41,7 +41,9 @@
 
 namespace tpipe::nccl {
 
-//! What basic_transport needs from its control plane (tpipe::mpi::transport is one).
+//! What basic_transport needs from its control plane (tpipe::mpi::transport is one). A control
+//! plane may also declare a bound on set-up, `c.bounded_setup(what, call)`, which then runs the
+//! transport's blocking NCCL set-up calls (see set_up below).
 template <class C>
 concept transport_control = requires(C& c, const C& cc, int rank, const std::string& text) {
     { cc.runs(rank) } -> std::convertible_to<bool>;
@@ -79,7 +81,14 @@ public:
                                    std::to_string(size) + ", but the layout makes it process " + std::to_string(core_.me) + " of " +
                                    std::to_string(core_.processes) + "; initialise it with rank = process index and size = processes");
         }
-        if (const int rc = a.split(world, 0, rank, core_.down.comm); rc != 0) {
+        const auto [rc, down] = set_up(a, control, "tpipe::nccl::transport: ncclCommSplit (the second communicator)",
+                                       [world, rank](Api& on) {
+                                           comm_t out{};
+                                           const int r = on.split(world, 0, rank, out);
+                                           return std::pair{r, out};
+                                       });
+        core_.down.comm = down;
+        if (rc != 0) {
             a.destroy(world);
             throw nccl_error("nccl::transport: ncclCommSplit (the second communicator) failed: " + std::string(a.describe(rc, world)), rc);
         }
@@ -159,13 +168,39 @@ protected:
 private:
     static comm_t init(Api& api, const unique_id& id, Control& control)
     {
-        comm_t c{};
         const int n = control.layout().processes(), me = control.process();
-        if (const int rc = api.init_rank(c, n, id, me); rc != 0)
+        const auto [rc, c] = set_up(api, control, "tpipe::nccl::transport: ncclCommInitRank", [id, n, me](Api& on) {
+            comm_t out{};
+            const int r = on.init_rank(out, n, id, me);
+            return std::pair{r, out};
+        });
+        if (rc != 0)
             throw nccl_error("nccl::transport: ncclCommInitRank (process " + std::to_string(me) + " of " + std::to_string(n) +
                                  ") failed: " + std::string(api.describe(rc, c)),
                              rc);
         return c;
+    }
+
+    //! Runs `call(api)`, a blocking collective step of the set-up (ncclCommInitRank,
+    //! ncclCommSplit), under the control plane's set-up bound where it declares one
+    //! (`control.bounded_setup(what, f)`: tpipe::mpi::transport's names a process that never
+    //! arrives instead of waiting for it), else here. Bounded, the call may run on a thread of its
+    //! own, with a copy of the api and this thread's GPU made current there (NCCL binds a
+    //! communicator to the calling thread's GPU).
+    template <class Call>
+    static auto set_up(Api& api, Control& control, const char* what, Call call)
+    {
+        if constexpr (requires { control.bounded_setup(what, [] { return 0; }); }) {
+            auto& d = api.driver();
+            int gpu = 0;
+            cuda::detail::check(d, d.get_device(&gpu), "cudaGetDevice", what);
+            return control.bounded_setup(what, [api, gpu, call = std::move(call)]() mutable {
+                cuda::detail::device_scope<typename Api::driver_type> on_gpu(api.driver(), gpu);
+                return call(api);
+            });
+        } else {
+            return call(api);
+        }
     }
 
     Control& control_;

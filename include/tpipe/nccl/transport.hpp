@@ -18,6 +18,8 @@
 namespace tpipe::nccl {
 
 static_assert(transport_control<mpi::transport>);
+// Its set-up calls (ncclCommInitRank, ncclCommSplit) run under the environment's set-up bound.
+static_assert(requires(mpi::transport& c) { c.bounded_setup("", [] { return 0; }); });
 
 template <cuda::payload_pool Pool>
 using transport = basic_transport<runtime_api, mpi::transport, Pool>;
