@@ -10,14 +10,13 @@
 // set-up collective, where no communicator's watchdog looks, and MPI never times out.
 //
 // How: bounded, each of them is posted nonblocking (MPI_Iallgather, MPI_Comm_idup; MPI_Comm_split
-// and NCCL's set-up calls, which have no nonblocking form, run on a thread of their own:
-// setup_run) and polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the
-// environment makes when it starts. So a process
-// that has waited for the bound names the processes that did not arrive and what the others
-// wait in, as a communicator's watchdog does, and throws tpipe::watchdog_error (also written to
-// stderr); the environment then ends the job with MPI_Abort. Set-up collectives are made from
-// one thread at a time (as MPI requires of a communicator's collectives); polls from two threads
-// at once are serialised.
+// and NCCL's set-up calls, which have no nonblocking form, run on a thread of their own: setup_run)
+// and polled through one stall_watch over a duplicate of MPI_COMM_WORLD that the environment makes
+// when it starts. So a process that has waited for the bound names the processes that did not
+// arrive and what the others wait in, as a communicator's watchdog does, and throws
+// tpipe::watchdog_error (also written to stderr); the environment then ends the job with MPI_Abort.
+// Set-up collectives are made from one thread at a time (as MPI requires of a communicator's
+// collectives); polls from two threads at once are serialised.
 #include <mpi.h>
 
 #include <atomic>
