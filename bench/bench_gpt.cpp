@@ -10,7 +10,8 @@
 //           1 two stages, microbatches of one row (1f1b), 2 two stages, token slices of each
 //           row (terapipe-1f1b; 2 per row, 8 for the long model's one row). Two stages share
 //           `threads`: one each at 2. 3 two stages, TeraPipe-planned (profiled and planned
-//           before the timing, as train_gpt --slicer terapipe does).
+//           before the timing, as train_gpt --slicer terapipe does). Each is timed after 3
+//           untimed steps, as the PyTorch twin is.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -88,6 +89,8 @@ tpipe::scheme planned_units(int which, gpt::parameters<float>& params)
     return plans.emplace(which, plan.scheme()).first->second;
 }
 
+constexpr int warmup_steps = 3;
+
 void gpt_step(benchmark::State& state)
 {
     const model_shape& m = models[state.range(0)];
@@ -125,12 +128,16 @@ void gpt_step(benchmark::State& state)
     tpipe::runner<tpipe::uniform_pipeline<gpt::stage<float>>, tpipe::cpu_engine> run(model.pipe(), prog, engine);
     const gpt::batch b = random_batch(m, 7);
     double loss = 0;
-    for (auto _ : state) {
+    auto step = [&] {
         model.begin_step(b);
         run.run(model.io());
         loss = model.finish_step();
         opt.step(params);
-    }
+    };
+    // Untimed warm-up steps, as the PyTorch twin's (bench/gpt_torch.py --warmup 3): the first
+    // step faults its workspaces in, and a wide model's timing holds only 3 steps.
+    for (int i = 0; i < warmup_steps; ++i) step();
+    for (auto _ : state) step();
     if (!std::isfinite(loss)) state.SkipWithError("the loss is not finite");
     state.SetLabel(std::string(m.name) + ", " + label);
     state.counters["tokens_per_s"] =
