@@ -252,6 +252,34 @@ TEST_CASE("watchdog: with a set-up bound, a member that does not come to a split
     REQUIRE(tpipe_test::every_process(ok));
 }
 
+TEST_CASE("watchdog: a set-up call gives its value or its error, on a thread of its own when set-up is bounded",
+          "[mpi][watchdog][setup]")
+{
+    using tpipe::mpi::detail::setup_run;
+    const auto here = std::this_thread::get_id();
+    for (const bool bounded : {false, true}) {
+        CAPTURE(bounded);
+        if (bounded) {
+            MPI_Comm notes = MPI_COMM_NULL;  // what environment_options::watchdog does
+            MPI_Comm_dup(MPI_COMM_WORLD, &notes);
+            tpipe::mpi::detail::bound_setup(notes, 5000ms);
+        }
+        std::thread::id ran_on;
+        CHECK(setup_run("a value", [&ran_on] {
+                  ran_on = std::this_thread::get_id();
+                  return std::string("made");
+              }) == "made");
+        CHECK((ran_on != here) == bounded);  // bounded: polled from here while it runs there
+        bool ran = false;
+        setup_run("no value", [&ran] { ran = true; });
+        CHECK(ran);
+        CHECK_THROWS_WITH(setup_run("an error", []() -> int { throw tpipe::invalid_argument("the call failed"); }),
+                          "the call failed");
+        CHECK(tpipe::mpi::detail::setup_calls_running().load() == 0);
+        if (bounded) tpipe::mpi::detail::unbound_setup();
+    }
+}
+
 TEST_CASE("watchdog: the environment refuses a negative set-up bound", "[mpi][watchdog][setup]")
 {
     tpipe::mpi::environment_options o;
