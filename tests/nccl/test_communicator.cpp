@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "members.hpp"
@@ -259,4 +261,46 @@ TEST_CASE("nccl communicator: bad arguments are refused with what would be right
     CHECK_THROWS_WITH(comms[0].send(0, 0, b), Catch::Contains("itself"));
     CHECK_THROWS_WITH(comms[0].recv(1, -1, b), Catch::Contains("tags are >= 0"));
     CHECK_THROWS_WITH(comms[0].broadcast(b, 5), Catch::Contains("broadcast root 5 is not a member"));
+}
+
+namespace {
+
+//! Bounds set-up as tpipe::mpi::setup_bound does under the environment's bound: each call runs on
+//! a thread of its own (and is counted).
+struct on_own_thread {
+    std::atomic<int> calls{0};
+    template <class Call>
+    auto bounded_setup(const char*, Call call)
+    {
+        ++calls;
+        std::invoke_result_t<Call&> out;
+        std::thread([&] { out = call(); }).join();
+        return out;
+    }
+};
+
+} // namespace
+
+TEST_CASE("nccl communicator: init under a set-up bound runs ncclCommInitRank there, on the caller's GPU", "[nccl][communicator]")
+{
+    on_own_thread bound;
+    static_assert(tpipe::nccl::bounds_setup<on_own_thread>);
+    const int n = 3;
+    tpipe::nccl::fake::world w(n);  // a GPU per member
+    tpipe::nccl::fake::api a{&w};
+    tpipe::nccl::unique_id id;
+    REQUIRE(a.get_unique_id(id) == 0);
+    std::vector<int> gpus(n, -1), sums(n);
+    auto errors = on_threads(n, [&](int r) {
+        if (w.device().set_device(r) != 0) throw std::runtime_error("no fake GPU " + std::to_string(r));
+        auto c = communicator::init(a, n, id, r, bound);
+        gpus[static_cast<std::size_t>(r)] = c.native()->gpu;
+        std::vector<std::int32_t> v{r + 1};
+        tpipe::sync_wait([&]() -> tpipe::task<void> { co_await c.all_reduce_sum(std::span<std::int32_t>(v)); }());
+        sums[static_cast<std::size_t>(r)] = v[0];
+    });
+    for (const auto& e : errors) CHECK(e.empty());
+    CHECK(bound.calls == n);
+    CHECK(gpus == std::vector<int>{0, 1, 2});  // made on the bound's threads, bound to each caller's GPU
+    CHECK(sums == std::vector<int>{6, 6, 6});
 }

@@ -248,3 +248,18 @@ inline MPI_Comm setup_make(const char* what, Make make)
 }
 
 } // namespace tpipe::mpi::detail
+
+namespace tpipe::mpi {
+
+//! The environment's set-up bound as an object, for a library call that takes one
+//! (tpipe::nccl::communicator::init(api, n, id, rank, tpipe::mpi::setup_bound{})): its blocking
+//! set-up call runs under the bound (detail::setup_run), unbounded where the environment has none.
+struct setup_bound {
+    template <class Call>
+    auto bounded_setup(const char* what, Call call) const
+    {
+        return detail::setup_run(what, std::move(call));
+    }
+};
+
+} // namespace tpipe::mpi

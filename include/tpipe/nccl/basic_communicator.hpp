@@ -4,7 +4,7 @@
 // (tpipe/nccl/communicator.hpp) is it over the real NCCL. Members are NCCL ranks, one GPU each.
 //
 //   auto id = tpipe::nccl::file_bootstrap(path, rank).exchange([&] { return make_id(); });
-//   auto world = tpipe::nccl::communicator::init(size, id, rank);   // on this thread's GPU
+//   auto world = tpipe::nccl::communicator::init({}, size, id, rank);   // on this thread's GPU
 //   co_await world.all_reduce_sum(std::span<float>(grad_on_device, n));
 //
 // Spans are DEVICE memory (of the communicator's GPU): NCCL reads and writes them on the GPU.
@@ -59,6 +59,7 @@
 #include "tpipe/async/on_stop.hpp"
 #include "tpipe/async/operation_cancelled.hpp"
 #include "tpipe/nccl/api.hpp"
+#include "tpipe/nccl/bounded_setup.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
 
 namespace tpipe::nccl {
@@ -211,15 +212,17 @@ public:
     //! the current GPU, with a stream of its own.
     static basic_communicator init(Api api, int nranks, const unique_id& id, int rank, options o = {})
     {
-        if (nranks < 1 || rank < 0 || rank >= nranks)
-            throw invalid_argument("tpipe::nccl::communicator::init: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
-                                   "; ranks are 0..nranks-1 and nranks >= 1");
-        comm_t c{};
-        if (const int rc = api.init_rank(c, nranks, id, rank); rc != 0)
-            throw nccl_error("tpipe::nccl::communicator::init: ncclCommInitRank (rank " + std::to_string(rank) + " of " +
-                                 std::to_string(nranks) + ") failed: " + std::string(api.describe(rc, c)),
-                             rc);
-        return basic_communicator(std::move(api), c, rank, nranks, o);
+        struct unbounded {} here;
+        return make(std::move(api), nranks, id, rank, here, o);
+    }
+    //! The same under `bound`'s set-up bound (tpipe/nccl/bounded_setup.hpp; with
+    //! tpipe::mpi::setup_bound{}, the MPI environment's): ncclCommInitRank runs on a thread of
+    //! its own with this thread's GPU current there, and a member that never arrives is named
+    //! instead of waited for.
+    template <bounds_setup Bound>
+    static basic_communicator init(Api api, int nranks, const unique_id& id, int rank, Bound&& bound, options o = {})
+    {
+        return make(std::move(api), nranks, id, rank, bound, o);
     }
 
     //! Adopts NCCL communicator `comm` (destroyed with this object) as member `rank` of `size`;
@@ -344,6 +347,26 @@ public:
     bool aborted() const noexcept { return s_->flags.load(std::memory_order_acquire) & state::aborted; }
 
 private:
+    //! init's work: ncclCommInitRank, bounded by `bound` where it bounds set-up (bounded_call).
+    template <class Bound>
+    static basic_communicator make(Api api, int nranks, const unique_id& id, int rank, Bound& bound, options o)
+    {
+        if (nranks < 1 || rank < 0 || rank >= nranks)
+            throw invalid_argument("tpipe::nccl::communicator::init: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                                   "; ranks are 0..nranks-1 and nranks >= 1");
+        const auto [rc, c] = detail::bounded_call(api, bound, "tpipe::nccl::communicator::init: ncclCommInitRank",
+                                                  [nranks, id, rank](Api& on) {
+                                                      comm_t out{};
+                                                      const int r = on.init_rank(out, nranks, id, rank);
+                                                      return std::pair{r, out};
+                                                  });
+        if (rc != 0)
+            throw nccl_error("tpipe::nccl::communicator::init: ncclCommInitRank (rank " + std::to_string(rank) + " of " +
+                                 std::to_string(nranks) + ") failed: " + std::string(api.describe(rc, c)),
+                             rc);
+        return basic_communicator(std::move(api), c, rank, nranks, o);
+    }
+
     template <class T>
     detail::completion<Api> all_reduce(std::span<T> values, redop op, const char* what)
     {

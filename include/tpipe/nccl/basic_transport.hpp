@@ -34,6 +34,7 @@
 #include "tpipe/cuda/payload_pool.hpp"
 #include "tpipe/exec/layout.hpp"
 #include "tpipe/nccl/api.hpp"
+#include "tpipe/nccl/bounded_setup.hpp"
 #include "tpipe/nccl/detail/transport_core.hpp"
 #include "tpipe/nccl/link.hpp"
 #include "tpipe/nccl/nccl_error.hpp"
@@ -42,8 +43,8 @@
 namespace tpipe::nccl {
 
 //! What basic_transport needs from its control plane (tpipe::mpi::transport is one). A control
-//! plane may also declare a bound on set-up, `c.bounded_setup(what, call)`, which then runs the
-//! transport's blocking NCCL set-up calls (see set_up below).
+//! plane that also bounds_setup (tpipe/nccl/bounded_setup.hpp) bounds the transport's
+//! blocking NCCL set-up calls.
 template <class C>
 concept transport_control = requires(C& c, const C& cc, int rank, const std::string& text) {
     { cc.runs(rank) } -> std::convertible_to<bool>;
@@ -81,12 +82,12 @@ public:
                                    std::to_string(size) + ", but the layout makes it process " + std::to_string(core_.me) + " of " +
                                    std::to_string(core_.processes) + "; initialise it with rank = process index and size = processes");
         }
-        const auto [rc, down] = set_up(a, control, "tpipe::nccl::transport: ncclCommSplit (the second communicator)",
-                                       [world, rank](Api& on) {
-                                           comm_t out{};
-                                           const int r = on.split(world, 0, rank, out);
-                                           return std::pair{r, out};
-                                       });
+        const auto [rc, down] = detail::bounded_call(a, control, "tpipe::nccl::transport: ncclCommSplit (the second communicator)",
+                                                     [world, rank](Api& on) {
+                                                         comm_t out{};
+                                                         const int r = on.split(world, 0, rank, out);
+                                                         return std::pair{r, out};
+                                                     });
         core_.down.comm = down;
         if (rc != 0) {
             a.destroy(world);
@@ -169,7 +170,7 @@ private:
     static comm_t init(Api& api, const unique_id& id, Control& control)
     {
         const int n = control.layout().processes(), me = control.process();
-        const auto [rc, c] = set_up(api, control, "tpipe::nccl::transport: ncclCommInitRank", [id, n, me](Api& on) {
+        const auto [rc, c] = detail::bounded_call(api, control, "tpipe::nccl::transport: ncclCommInitRank", [id, n, me](Api& on) {
             comm_t out{};
             const int r = on.init_rank(out, n, id, me);
             return std::pair{r, out};
@@ -179,28 +180,6 @@ private:
                                  ") failed: " + std::string(api.describe(rc, c)),
                              rc);
         return c;
-    }
-
-    //! Runs `call(api)`, a blocking collective step of the set-up (ncclCommInitRank,
-    //! ncclCommSplit), under the control plane's set-up bound where it declares one
-    //! (`control.bounded_setup(what, f)`: tpipe::mpi::transport's names a process that never
-    //! arrives instead of waiting for it), else here. Bounded, the call may run on a thread of its
-    //! own, with a copy of the api and this thread's GPU made current there (NCCL binds a
-    //! communicator to the calling thread's GPU).
-    template <class Call>
-    static auto set_up(Api& api, Control& control, const char* what, Call call)
-    {
-        if constexpr (requires { control.bounded_setup(what, [] { return 0; }); }) {
-            auto& d = api.driver();
-            int gpu = 0;
-            cuda::detail::check(d, d.get_device(&gpu), "cudaGetDevice", what);
-            return control.bounded_setup(what, [api, gpu, call = std::move(call)]() mutable {
-                cuda::detail::device_scope<typename Api::driver_type> on_gpu(api.driver(), gpu);
-                return call(api);
-            });
-        } else {
-            return call(api);
-        }
     }
 
     Control& control_;

@@ -7,7 +7,7 @@
 //
 //   tpipe::mpi::environment env(argc, argv);
 //   auto id = tpipe::nccl::exchange_through_mpi(MPI_COMM_WORLD, tpipe::nccl::runtime_api::make_unique_id);
-//   auto world = tpipe::nccl::communicator::init({}, size, id, rank);
+//   auto world = tpipe::nccl::communicator::init({}, size, id, rank, tpipe::mpi::setup_bound{});  // bounded too
 #include <mpi.h>
 
 #include <memory>

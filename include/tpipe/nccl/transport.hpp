@@ -18,8 +18,9 @@
 namespace tpipe::nccl {
 
 static_assert(transport_control<mpi::transport>);
-// Its set-up calls (ncclCommInitRank, ncclCommSplit) run under the environment's set-up bound.
-static_assert(requires(mpi::transport& c) { c.bounded_setup("", [] { return 0; }); });
+// Its set-up calls (ncclCommInitRank, ncclCommSplit) run under the environment's set-up bound, as
+// communicator::init's do given tpipe::mpi::setup_bound{}.
+static_assert(bounds_setup<mpi::transport> && bounds_setup<mpi::setup_bound>);
 
 template <cuda::payload_pool Pool>
 using transport = basic_transport<runtime_api, mpi::transport, Pool>;
