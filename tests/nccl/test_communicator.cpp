@@ -8,10 +8,10 @@
 #include <stop_token>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "members.hpp"
+#include "thread_control.hpp"
 #include "tpipe/async/sync_wait.hpp"
 #include "tpipe/async/task.hpp"
 
@@ -263,28 +263,10 @@ TEST_CASE("nccl communicator: bad arguments are refused with what would be right
     CHECK_THROWS_WITH(comms[0].broadcast(b, 5), Catch::Contains("broadcast root 5 is not a member"));
 }
 
-namespace {
-
-//! Bounds set-up as tpipe::mpi::setup_bound does under the environment's bound: each call runs on
-//! a thread of its own (and is counted).
-struct on_own_thread {
-    std::atomic<int> calls{0};
-    template <class Call>
-    auto bounded_setup(const char*, Call call)
-    {
-        ++calls;
-        std::invoke_result_t<Call&> out;
-        std::thread([&] { out = call(); }).join();
-        return out;
-    }
-};
-
-} // namespace
-
 TEST_CASE("nccl communicator: init under a set-up bound runs ncclCommInitRank there, on the caller's GPU", "[nccl][communicator]")
 {
-    on_own_thread bound;
-    static_assert(tpipe::nccl::bounds_setup<on_own_thread>);
+    tpipe::nccl::fake::thread_bound bound;
+    static_assert(tpipe::nccl::bounds_setup<tpipe::nccl::fake::thread_bound>);
     const int n = 3;
     tpipe::nccl::fake::world w(n);  // a GPU per member
     tpipe::nccl::fake::api a{&w};
@@ -300,7 +282,7 @@ TEST_CASE("nccl communicator: init under a set-up bound runs ncclCommInitRank th
         sums[static_cast<std::size_t>(r)] = v[0];
     });
     for (const auto& e : errors) CHECK(e.empty());
-    CHECK(bound.calls == n);
+    CHECK(bound.calls == std::vector<std::string>(n, "tpipe::nccl::communicator::init: ncclCommInitRank"));
     CHECK(gpus == std::vector<int>{0, 1, 2});  // made on the bound's threads, bound to each caller's GPU
     CHECK(sums == std::vector<int>{6, 6, 6});
 }

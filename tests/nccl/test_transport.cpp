@@ -8,8 +8,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -282,26 +280,6 @@ TEST_CASE("nccl transport: the runner over NCCL is the runner of threads and MPI
     CHECK(no_errors(errors));
 }
 
-namespace {
-
-//! A control plane that declares a set-up bound (as tpipe::mpi::transport does under the
-//! environment's watchdog): each set-up step runs on a thread of its own, and is recorded.
-class bounding_control : public tpipe::nccl::fake::control {
-public:
-    using control::control;
-    template <class Call>
-    auto bounded_setup(const char* what, Call call)
-    {
-        steps.emplace_back(what);
-        std::invoke_result_t<Call&> out;
-        std::thread([&] { out = call(); }).join();
-        return out;
-    }
-    std::vector<std::string> steps;
-};
-
-} // namespace
-
 TEST_CASE("nccl transport: made from a unique id under a control plane's set-up bound, NCCL's init and split run there, on "
           "the caller's GPU, and the pipeline equals the one-process run",
           "[nccl][transport]")
@@ -328,10 +306,10 @@ TEST_CASE("nccl transport: made from a unique id under a control plane's set-up 
     recorded got;
     auto errors = on_threads(P, [&](int me) {
         if (w.device().set_device(me) != 0) throw std::runtime_error("no fake GPU " + std::to_string(me));
-        bounding_control ctl(layout, me, board);
-        tpipe::nccl::basic_transport<tpipe::nccl::fake::api, bounding_control, tpipe::nccl::fake::host_pool> x(
+        tpipe::nccl::fake::bounding_control ctl(layout, me, board);
+        tpipe::nccl::basic_transport<tpipe::nccl::fake::api, tpipe::nccl::fake::bounding_control, tpipe::nccl::fake::host_pool> x(
             tpipe::nccl::fake::api{&w}, id, ctl, pool);
-        steps[me] = ctl.steps;
+        steps[me] = ctl.calls;
         gpus[me] = {x.up_comm()->gpu, x.down_comm()->gpu};
         tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(
             std::vector<std::reference_wrapper<affine>>(stages_of[me].begin(), stages_of[me].end()));

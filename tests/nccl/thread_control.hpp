@@ -7,6 +7,8 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,6 +63,30 @@ private:
     tpipe::layout w_;
     int me_, replica_;
     notice_board* b_;
+};
+
+//! A set-up bound (tpipe::nccl::bounds_setup) as tpipe::mpi::setup_bound is under the MPI
+//! environment's bound: each blocking set-up call runs on a thread of its own; it records what
+//! each call was.
+struct thread_bound {
+    template <class Call>
+    auto bounded_setup(const char* what, Call call)
+    {
+        {
+            std::lock_guard<std::mutex> g(m);
+            calls.emplace_back(what);
+        }
+        std::invoke_result_t<Call&> out;
+        std::thread([&] { out = call(); }).join();
+        return out;
+    }
+    std::mutex m;
+    std::vector<std::string> calls;
+};
+
+//! A control plane that bounds set-up, as tpipe::mpi::transport does.
+struct bounding_control : control, thread_bound {
+    using control::control;
 };
 
 } // namespace tpipe::nccl::fake
