@@ -1,11 +1,11 @@
 #pragma once
 // tpipe::nccl::detail::bounded_call: runs a blocking NCCL set-up call (ncclCommInitRank,
-// ncclCommSplit: every member must make it, and NCCL never times out) under a set-up bound that
-// `bound` declares, `bound.bounded_setup(what, call)` (tpipe::mpi::setup_bound, and
-// tpipe::mpi::transport as a transport's control plane, poll it against the MPI environment's
-// set-up bound and name a member that never arrives), else on this thread. Bounded, the call
-// may run on a thread of its own, with a copy of the api and this thread's GPU made current
-// there: NCCL binds a communicator to the calling thread's GPU.
+// ncclCommSplit: every member must make it, and NCCL may wait for a missing one without end) under
+// a set-up bound that `bound` declares, `bound.bounded_setup(what, call)` (tpipe::mpi::setup_bound,
+// and tpipe::mpi::transport as a transport's control plane, poll it against the MPI environment's
+// set-up bound and name a member that never arrives), else on this thread. Bounded, the call may
+// run on a thread of its own, with a copy of the api and this thread's GPU made current there: NCCL
+// binds a communicator to the calling thread's GPU.
 #include <utility>
 
 #include "tpipe/cuda/driver.hpp"
