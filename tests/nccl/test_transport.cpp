@@ -154,6 +154,18 @@ tpipe::io_for<tpipe::uniform_pipeline<std::reference_wrapper<affine>>> io_into(r
     return io;
 }
 
+//! What the one-process run of `prog` on `ranks` threads over `stages` (whose gradients
+//! accumulate there) records: the run every pipeline over processes must equal.
+recorded one_process_run(const tpipe::program& prog, int ranks, std::vector<affine>& stages)
+{
+    std::mutex m;
+    recorded r;
+    tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(stages.begin(), stages.end()));
+    tpipe::cpu_engine eng(ranks);
+    tpipe::run(pipe, prog, eng, io_into(r, m));
+    return r;
+}
+
 } // namespace
 
 TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the one-process run, for every schedule",
@@ -166,13 +178,8 @@ TEST_CASE("nccl transport: a pipeline over processes (threads here) equals the o
             const auto prog = tpipe::make_schedule(name).program(tpipe::topology{P}, tpipe::microbatches(M));
             const int stages = prog.stages();
             std::mutex m;
-            recorded ref_io;
             auto ref = affine_stages(stages);
-            {
-                tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
-                tpipe::cpu_engine eng(P);
-                tpipe::run(pipe, prog, eng, io_into(ref_io, m));
-            }
+            const recorded ref_io = one_process_run(prog, P, ref);
             tpipe::nccl::fake::world w;
             tpipe::nccl::fake::notice_board board(P);
             tpipe::nccl::fake::host_pool pool;
@@ -287,13 +294,8 @@ TEST_CASE("nccl transport: made from a unique id under a control plane's set-up 
     const int P = 2, M = 4;
     const auto prog = tpipe::make_schedule("1f1b").program(tpipe::topology{P}, tpipe::microbatches(M));
     std::mutex m;
-    recorded ref_io;
     auto ref = affine_stages(P);
-    {
-        tpipe::uniform_pipeline<std::reference_wrapper<affine>> pipe(std::vector<std::reference_wrapper<affine>>(ref.begin(), ref.end()));
-        tpipe::cpu_engine eng(P);
-        tpipe::run(pipe, prog, eng, io_into(ref_io, m));
-    }
+    const recorded ref_io = one_process_run(prog, P, ref);
     tpipe::nccl::fake::world w(P);  // a GPU per process
     tpipe::nccl::fake::notice_board board(P);
     tpipe::nccl::fake::host_pool pool;
