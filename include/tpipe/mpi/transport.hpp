@@ -117,11 +117,11 @@ public:
     //! Runs `call()`, a blocking set-up step that every process of the job makes together (a
     //! transport built on this one as its control plane: tpipe::nccl::transport's
     //! ncclCommInitRank), under the environment's set-up bound: a process that never arrives is
-    //! named instead of waited for (detail::setup_run; `call` may run on a thread of its own).
+    //! named instead of waited for (setup_bound: `call` may run on a thread of its own).
     template <class Call>
     auto bounded_setup(const char* what, Call call)
     {
-        return detail::setup_run(what, std::move(call));
+        return setup_bound{}.bounded_setup(what, std::move(call));
     }
 
     //! Tells every other process that this one's iteration failed (never blocks).

@@ -347,19 +347,14 @@ public:
     bool aborted() const noexcept { return s_->flags.load(std::memory_order_acquire) & state::aborted; }
 
 private:
-    //! init's work: ncclCommInitRank, bounded by `bound` where it bounds set-up (bounded_call).
+    //! init's work: ncclCommInitRank, bounded by `bound` where it bounds set-up (bounded_init_rank).
     template <class Bound>
     static basic_communicator make(Api api, int nranks, const unique_id& id, int rank, Bound& bound, options o)
     {
         if (nranks < 1 || rank < 0 || rank >= nranks)
             throw invalid_argument("tpipe::nccl::communicator::init: rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
                                    "; ranks are 0..nranks-1 and nranks >= 1");
-        const auto [rc, c] = detail::bounded_call(api, bound, "tpipe::nccl::communicator::init: ncclCommInitRank",
-                                                  [nranks, id, rank](Api& on) {
-                                                      comm_t out{};
-                                                      const int r = on.init_rank(out, nranks, id, rank);
-                                                      return std::pair{r, out};
-                                                  });
+        const auto [rc, c] = detail::bounded_init_rank(api, bound, "tpipe::nccl::communicator::init: ncclCommInitRank", nranks, id, rank);
         if (rc != 0)
             throw nccl_error("tpipe::nccl::communicator::init: ncclCommInitRank (rank " + std::to_string(rank) + " of " +
                                  std::to_string(nranks) + ") failed: " + std::string(api.describe(rc, c)),

@@ -170,11 +170,7 @@ private:
     static comm_t init(Api& api, const unique_id& id, Control& control)
     {
         const int n = control.layout().processes(), me = control.process();
-        const auto [rc, c] = detail::bounded_call(api, control, "tpipe::nccl::transport: ncclCommInitRank", [id, n, me](Api& on) {
-            comm_t out{};
-            const int r = on.init_rank(out, n, id, me);
-            return std::pair{r, out};
-        });
+        const auto [rc, c] = detail::bounded_init_rank(api, control, "tpipe::nccl::transport: ncclCommInitRank", n, id, me);
         if (rc != 0)
             throw nccl_error("nccl::transport: ncclCommInitRank (process " + std::to_string(me) + " of " + std::to_string(n) +
                                  ") failed: " + std::string(api.describe(rc, c)),

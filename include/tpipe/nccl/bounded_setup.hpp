@@ -36,5 +36,17 @@ auto bounded_call(Api& api, Bound& bound, const char* what, Call call)
     }
 }
 
+//! ncclCommInitRank as member `rank` of `n` with `id`, under `bound` (bounded_call): NCCL's
+//! result code and the communicator.
+template <api Api, class Bound>
+std::pair<int, typename Api::comm_t> bounded_init_rank(Api& api, Bound& bound, const char* what, int n, const unique_id& id, int rank)
+{
+    return bounded_call(api, bound, what, [n, id, rank](Api& on) {
+        typename Api::comm_t out{};
+        const int r = on.init_rank(out, n, id, rank);
+        return std::pair{r, out};
+    });
+}
+
 } // namespace detail
 } // namespace tpipe::nccl
